@@ -1,0 +1,134 @@
+"""The plotting helper: labels, tooltips, dark-mode colours, unique ids, lazy matplotlib."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+
+from attention.plot import bars, heatmap, lines, svg
+from attention.simple import EXAMPLE_TOKENS, example_inputs
+
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+def example_weights() -> torch.Tensor:
+    inputs = example_inputs()  # (6, 3)
+    return torch.softmax(inputs @ inputs.T, dim=-1)  # (6, 6)
+
+
+def texts(out: str) -> list[str]:
+    root = ET.fromstring(out)
+    return ["".join(t.itertext()) for t in root.iter(f"{SVG_NS}text")]
+
+
+def test_import_attention_does_not_import_matplotlib() -> None:
+    code = "import sys, attention, attention.plot; print('matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_heatmap_labels_both_axes_with_tokens() -> None:
+    out = svg(heatmap(example_weights(), EXAMPLE_TOKENS, title="weights"))
+    labels = texts(out)
+    assert "queries" in labels and "keys" in labels and "weights" in labels
+    for token in EXAMPLE_TOKENS:
+        assert labels.count(token) == 2  # once as a query (row), once as a key (column)
+
+
+def test_heatmap_cells_show_values_and_tooltips() -> None:
+    weights = example_weights()
+    out = svg(heatmap(weights, EXAMPLE_TOKENS))
+    titles = re.findall(r"<title>(.*?)</title>", out)
+    assert len(titles) == 36  # one per cell
+    assert titles[0] == f"Your -&gt; Your: {weights[0, 0].item():.4f}"
+    assert titles[1 * 6 + 2] == f"journey -&gt; starts: {weights[1, 2].item():.4f}"
+    assert f"{weights[1, 2].item():.2f}" in texts(out)  # the value printed in the cell
+
+
+def test_heatmap_key_labels_differ_from_query_labels() -> None:
+    out = svg(heatmap(torch.full((2, 3), 1 / 3), ["q1", "q2"], ["k1", "k2", "k3"]))
+    titles = re.findall(r"<title>(.*?)</title>", out)
+    assert titles == [f"q{i} -&gt; k{j}: 0.3333" for i in (1, 2) for j in (1, 2, 3)]
+
+
+def test_heatmap_masked_scores_are_labelled_not_coloured() -> None:
+    scores = torch.tensor([[0.5, float("-inf")], [0.1, 0.9]])
+    out = svg(heatmap(scores, ["a", "b"]))
+    assert "-inf" in texts(out)
+    assert "a -&gt; b: -inf" in out
+
+
+def test_svg_is_legible_in_light_and_dark_mode() -> None:
+    out = svg(heatmap(example_weights(), EXAMPLE_TOKENS))
+    root = ET.fromstring(out)  # well-formed XML, no prolog
+    assert root.tag == f"{SVG_NS}svg" and root.get("class") == "attention-figure"
+    assert "currentColor" in out  # text and axes follow the page's text colour
+    assert "#010203" not in out  # the stand-in ink colour was replaced everywhere
+    assert "<style" not in out  # no page-wide CSS rule leaks out of the figure
+    assert "<text" in out  # text stays text (searchable, in the page's font)
+
+
+def test_two_figures_on_one_page_have_disjoint_ids() -> None:
+    first = svg(heatmap(example_weights(), EXAMPLE_TOKENS))
+    second = svg(heatmap(example_weights(), EXAMPLE_TOKENS))
+    ids_first = set(re.findall(r'id="([^"]+)"', first))
+    ids_second = set(re.findall(r'id="([^"]+)"', second))
+    assert ids_first and not ids_first & ids_second
+    for ref in re.findall(r"url\(#([^)]+)\)", first):
+        assert ref in ids_first  # every reference points inside its own figure
+
+
+def test_heatmap_into_given_axes_one_panel_per_head() -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4))
+    left, right = fig.subplots(1, 2)
+    heatmap(torch.eye(2), ["a", "b"], title="head 0", ax=left)
+    assert heatmap(torch.eye(2), ["a", "b"], title="head 1", ax=right) is fig
+    out = svg(fig)
+    assert len(re.findall(r"<title>", out)) == 8
+    assert {"head 0", "head 1"} <= set(texts(out))
+
+
+@pytest.mark.parametrize(
+    ("weights", "query_labels", "key_labels", "message"),
+    [
+        (torch.eye(3), ["a", "b"], None, "expected 3 query_labels"),
+        (torch.ones(2, 3), ["a", "b"], ["x"], "expected 3 key_labels"),
+        (torch.ones(3), ["a"], None, "expected a non-empty 2-D matrix"),
+    ],
+)
+def test_heatmap_rejects_mismatched_labels(
+    weights: torch.Tensor, query_labels: list[str], key_labels: list[str] | None, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        heatmap(weights, query_labels, key_labels)
+
+
+def test_lines_draws_each_series_with_legend() -> None:
+    fig = lines([1, 2, 4], {"explicit": [1.0, 2.0, 4.0], "fused": [0.5, 0.9, 1.6]},
+                xlabel="num_tokens", ylabel="ms", title="time", logx=True)  # fmt: skip
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.lines] == ["explicit", "fused"]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "linear"
+    out = svg(fig)
+    assert {"num_tokens", "ms", "time", "explicit", "fused"} <= set(texts(out))
+    with pytest.raises(ValueError, match="expected 3 values in series 'fused', got 2"):
+        lines([1, 2, 4], {"fused": [1.0, 2.0]}, xlabel="x", ylabel="y")
+
+
+def test_bars_label_each_bar_with_its_value() -> None:
+    fig = bars(["Your", "journey"], [0.1385, 0.2379], ylabel="attention weight")
+    assert [p.get_height() for p in fig.axes[0].patches] == pytest.approx([0.1385, 0.2379])
+    labels = texts(svg(fig))
+    assert {"Your", "journey", "0.14", "0.24", "attention weight"} <= set(labels)
+    with pytest.raises(ValueError, match="expected 2 values"):
+        bars(["a", "b"], [1.0], ylabel="y")
