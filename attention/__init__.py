@@ -8,6 +8,8 @@ The package reads bottom-up like the derivation:
 - [`attention.causal`][attention.causal]: stage 4, `CausalAttention`.
 - [`attention.multihead`][attention.multihead]: stages 5-6, the wrapper and the production
   `MultiHeadAttention`.
+- [`attention.text`][attention.text]: beside the stages, the input pipeline: the offline GPT-2
+  tokenizer, sliding-window batches, token + position embeddings.
 
 This module only re-exports.
 """
@@ -33,16 +35,30 @@ from attention.simple import (
     simplified_self_attention,
     softmax_naive,
 )
+from attention.text import (
+    GPT2_VOCAB_SIZE,
+    GPTDatasetV1,
+    TokenAndPositionEmbedding,
+    create_dataloader_v1,
+    gpt2_encoding,
+    sample_text,
+    sliding_windows,
+    text_to_token_ids,
+    token_ids_to_text,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "EXAMPLE_TOKENS",
+    "GPT2_VOCAB_SIZE",
     "CausalAttention",
+    "GPTDatasetV1",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "TokenAndPositionEmbedding",
     "__version__",
     "attention_scores",
     "attn_scores_for_query",
@@ -51,10 +67,16 @@ __all__ = [
     "causal_mask",
     "context_vector",
     "context_vectors",
+    "create_dataloader_v1",
     "example_inputs",
     "explicit_attention",
+    "gpt2_encoding",
     "normalize_by_sum",
+    "sample_text",
     "simplified_self_attention",
+    "sliding_windows",
     "softmax_naive",
     "softmax_stable",
+    "text_to_token_ids",
+    "token_ids_to_text",
 ]
