@@ -75,7 +75,7 @@ class CausalAttention(nn.Module):
         self.register_buffer("mask", torch.triu(ones, diagonal=1))
 
     def forward(self, x: Tensor) -> Tensor:
-        """Context vectors for `x` of shape `(batch, num_tokens, d_in)`; `(batch, num_tokens, d_out)`."""
+        """`(batch, num_tokens, d_in)` -> context vectors `(batch, num_tokens, d_out)`."""
         check_input(x, self.d_in, self.context_length, batched=True)
         num_tokens = x.shape[1]
         keys = self.W_key(x)  # (b, num_tokens, d_out)

@@ -9,10 +9,10 @@ $$
 $$
 
 [`MultiHeadAttentionWrapper`][attention.multihead.MultiHeadAttentionWrapper] computes this
-literally, one `CausalAttention` per head. [`MultiHeadAttention`][attention.multihead.MultiHeadAttention]
-stacks the $h$ per-head matrices into one `Linear(d_in, d_out)` each for queries, keys and
-values, splits the result into heads with a `view` and a `transpose`, and runs all heads in one
-batched kernel.
+literally, one `CausalAttention` per head.
+[`MultiHeadAttention`][attention.multihead.MultiHeadAttention] stacks the $h$ per-head
+matrices into one `Linear(d_in, d_out)` each for queries, keys and values, splits the result
+into heads with a `view` and a `transpose`, and runs all heads in one batched kernel.
 """
 
 from __future__ import annotations
@@ -258,11 +258,11 @@ class MultiHeadAttention(nn.Module):
 
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
-        context_vec = self.out_proj(context_vec)  # (b, T, d_out)
+        out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         if need_weights:
             assert attn_weights is not None
-            return context_vec, attn_weights
-        return context_vec
+            return out, attn_weights
+        return out
 
     def _split_heads(self, t: Tensor) -> Tensor:
         b, num_tokens, _ = t.shape
@@ -270,7 +270,7 @@ class MultiHeadAttention(nn.Module):
         return t.transpose(1, 2)  # (b, h, T, d_h)
 
     def _attn_mask(self, num_tokens: int, key_padding_mask: Tensor | None) -> Tensor | None:
-        """The combined bool mask (True = masked), or None when nothing beyond `is_causal` is needed."""
+        """The combined bool mask (True = masked); None when `is_causal` alone suffices."""
         if key_padding_mask is None:
             if self.causal:
                 return self.mask[:num_tokens, :num_tokens]  # (T, T), used by the explicit path
@@ -309,7 +309,7 @@ class MultiHeadAttention(nn.Module):
         Examples:
             >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
             <torch._C.Generator object at ...>
-            >>> wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.0, num_heads=2)
+            >>> wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0, num_heads=2)
             >>> fused = MultiHeadAttention.from_wrapper(wrapper)
             >>> x = torch.randn(2, 6, 3)
             >>> torch.allclose(wrapper(x), fused(x), atol=1e-6)

@@ -99,7 +99,7 @@ MHA_SEED123 = torch.tensor(
 )
 
 # --- seed 003: GPT-2 token ids of "I HAD always thought Jack Gisburn rather a cheap" (The Verdict,
-# E. Wharton, 1908), embedded by nn.Embedding(50257, 5) created right after torch.manual_seed(123) --
+# E. Wharton, 1908), embedded by nn.Embedding(50257, 5) created right after torch.manual_seed(123)
 VERDICT_IDS = [40, 367, 2885, 1464, 1807, 3619, 402, 271, 10899, 2138, 257, 7026]
 VERDICT_EMBEDDINGS_6 = torch.tensor(
     [
