@@ -1,0 +1,86 @@
+# %% [markdown]
+# # Exercise 6: scaling by the square root of d_k
+#
+# Chapter: [Scaling](../../scaling.md). Every output below was computed while the site was
+# built; download the notebook (link above) to run and change it yourself.
+#
+# For a query and a key with independent, unit-variance components,
+#
+# $$\operatorname{Var}[q \cdot k] = d_k, \qquad
+#   \frac{\partial \operatorname{softmax}(\omega)_i}{\partial \omega_j}
+#   = \alpha_i (\delta_{ij} - \alpha_j)$$
+
+# %%
+import math
+
+import torch
+
+from attention.core import softmax_stable
+
+torch.manual_seed(123)
+
+# %% [markdown]
+# ## Exercise 6.1: the variance of a dot product
+#
+# Check $\operatorname{Var}[q \cdot k] = d_k$ with many random pairs (a fresh key for every
+# query) for $d_k = 16$ and $d_k = 256$, to within 5 %.
+
+# %%
+# Solution
+num_pairs = 20_000
+for d_k in (16, 256):
+    q = torch.randn(num_pairs, d_k)  # (num_pairs, d_k)
+    k = torch.randn(num_pairs, d_k)  # (num_pairs, d_k)
+    attn_scores = (q * k).sum(dim=-1)  # one score per pair: (num_pairs,)
+    variance = attn_scores.var().item()
+    print(f"d_k = {d_k:>3}: Var[q . k] = {variance:.1f}")
+    assert abs(variance / d_k - 1) < 0.05
+
+# %% [markdown]
+# ## Exercise 6.2: why the Jacobian's rows sum to zero
+#
+# Compute the Jacobian of the softmax with `torch.autograd.functional.jacobian` for some
+# scores, compare it with $\operatorname{diag}(\alpha) - \alpha\alpha^\top$, and check that
+# each row sums to 0. Which property of the softmax, also behind `softmax_stable`, does
+# that express?
+
+# %%
+# Solution
+def softmax_last(z):
+    return torch.softmax(z, dim=-1)
+
+
+omega = torch.randn(6)  # (6,)
+J = torch.autograd.functional.jacobian(softmax_last, omega)  # (6, 6)
+alpha = softmax_last(omega)  # (6,)
+torch.testing.assert_close(J, torch.diag(alpha) - torch.outer(alpha, alpha))
+# Row i says how alpha_i moves when the scores move. Moving every score by the
+# same amount is a shift, and a shift leaves the softmax unchanged: rows sum to 0.
+torch.testing.assert_close(J.sum(dim=-1), torch.zeros(6))
+torch.testing.assert_close(softmax_stable(omega + 100.0), softmax_stable(omega))
+J.sum(dim=-1)
+
+# %% [markdown]
+# ## Exercise 6.3: too much scaling
+#
+# Why $\sqrt{d_k}$ and not $d_k$? Divide random scores by $d_k$ instead, and compare the
+# largest attention weight (mean over queries, 16 keys) with the $\sqrt{d_k}$ version as
+# $d_k$ grows. Show that dividing by $d_k$ drifts to uniform attention, $1/16$ per key: the
+# opposite failure, a model that cannot single anything out.
+
+# %%
+# Solution
+def mean_largest(attn_weights):  # (num_queries, num_keys) -> float
+    return attn_weights.max(dim=-1).values.mean().item()
+
+
+num_queries, num_keys = 256, 16
+for d_k in (4, 64, 1024):
+    q = torch.randn(num_queries, d_k)  # (256, d_k)
+    k = torch.randn(num_keys, d_k)  # (16, d_k)
+    attn_scores = q @ k.T  # (256, 16)
+    by_d_k = mean_largest(torch.softmax(attn_scores / d_k, dim=-1))
+    by_sqrt = mean_largest(torch.softmax(attn_scores / math.sqrt(d_k), dim=-1))
+    print(f"d_k = {d_k:>4}: / d_k {by_d_k:.3f}   / sqrt(d_k) {by_sqrt:.3f}")
+assert by_d_k < 1.2 / num_keys  # at d_k = 1024: practically uniform
+assert by_sqrt > 2 / num_keys  # the square root still singles keys out
