@@ -97,3 +97,16 @@ def tests_gpu(session: nox.Session) -> None:
     """`tests` on CUDA, tests/test_cuda.py included; fails, never skips, without a GPU."""
     require_cuda(session)
     tests(session)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Time and memory of every attention implementation: benchmarks/results/<machine>.json.
+
+    On `ATTENTION_DEVICE` (default `cpu`); under 10 minutes on 2 CPU cores. Extra arguments go
+    to the harness, e.g. `nox -s bench -- --quick --out /tmp/quick.json`.
+    """
+    install_torch(session)
+    session.install("-e", ".")
+    device = os.environ.get("ATTENTION_DEVICE", "cpu")
+    session.run("python", "benchmarks/attention_bench.py", "--device", device, *session.posargs)

@@ -1,0 +1,146 @@
+"""The benchmark harness (benchmarks/attention_bench.py): its FLOP count, memory meter, output.
+
+No timing is asserted: the numbers belong to the machine; what is tested is how they are made.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from attention import MultiHeadAttention, MultiHeadAttentionWrapper
+
+BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_bench.py"
+
+
+def _load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("attention_bench", BENCH_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+B, T, D, H = 2, 16, 24, 3
+
+
+def _counted_flops(module: Callable[[torch.Tensor], Any], x: torch.Tensor, backward: bool) -> int:
+    """FLOPs of the matmuls that torch dispatches (2mkn each), by FlopCounterMode."""
+    with FlopCounterMode(display=False) as counter:
+        out = module(x)
+        out = out[0] if isinstance(out, tuple) else out
+        if backward:
+            out.sum().backward()
+    return int(counter.get_total_flops())
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_flops_match_counted_matmuls_of_explicit_path(backward: bool) -> None:
+    # The explicit path multiplies the full T x T matrices (masking only afterwards), so it
+    # does exactly the non-causal count; the causal count is half of the T^2 products.
+    mha = MultiHeadAttention(D, D, T, 0.0, H, qkv_bias=True)
+    x = torch.randn(B, T, D, requires_grad=True)
+    counted = _counted_flops(lambda x: mha(x, need_weights=True), x, backward)
+    assert counted == bench.attention_flops(B, T, D, D, causal=False, backward=backward)
+
+
+def test_flops_wrapper_has_no_output_projection() -> None:
+    wrapper = MultiHeadAttentionWrapper(D, D // H, T, 0.0, H, qkv_bias=True)
+    counted = _counted_flops(wrapper, torch.randn(B, T, D), backward=False)
+    assert counted == bench.attention_flops(B, T, D, D, causal=False, out_proj=False)
+
+
+def test_causal_flops_halve_the_attention_products() -> None:
+    full = bench.attention_flops(B, T, D, D, causal=False)
+    causal = bench.attention_flops(B, T, D, D, causal=True)
+    assert full - causal == 2 * B * T * T * D  # half of 4 b T^2 d_out
+
+
+def test_cpu_peak_bytes_is_the_running_maximum() -> None:
+    def allocate() -> torch.Tensor:
+        a = torch.empty(2**18)  # 1 MiB
+        b = torch.empty(2**19)  # 2 MiB: 3 MiB alive, the peak
+        del a  # 2 MiB alive
+        c = torch.empty(2**17)  # 0.5 MiB: 2.5 MiB alive
+        del c
+        return b
+
+    peak, result = bench.Device("cpu").peak_bytes(allocate)
+    assert peak == 3 * 2**20
+    assert result.shape == (2**19,)
+
+
+def test_reference_module_equals_production_fused_path() -> None:
+    # Same weights, same math: the reference is a fair yardstick for the production module.
+    torch.manual_seed(0)
+    shape = bench.Shape(B, T, D, H)
+    production = bench.implementations(T)[1].build(shape)
+    reference = bench.SDPAReference(D, D, H)
+    reference.load_state_dict(production.state_dict(), strict=False)
+    x = torch.randn(B, T, D)
+    torch.testing.assert_close(reference(x), production(x), atol=1e-5, rtol=1e-5)
+
+
+def test_every_implementation_computes_the_same_attention() -> None:
+    # The adapters (need_weights, padding, nn.MultiheadAttention) return (b, T, d_out).
+    shape = bench.Shape(B, T, D, H)
+    for impl in bench.implementations(T):
+        out = impl.build(shape)(torch.randn(B, T, D))
+        assert out.shape == (B, T, D), impl.name
+
+
+@pytest.mark.slow
+def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
+    out = bench.main(["--quick", "--no-compile", "--out", str(tmp_path / "r.json")])
+    results = json.loads(out.read_text())
+
+    assert results["schema"] == bench.SCHEMA_VERSION
+    assert {"cpu", "torch", "torch_threads", "slug", "label"} <= results["machine"].keys()
+    assert results["machine"]["torch"] == torch.__version__
+    assert all(len(s["loadavg"]) == 3 for s in results["load_average"])
+    cfg = bench.Config.quick("cpu")
+    names = {impl.name for impl in bench.implementations(cfg.max_explicit_tokens)}
+    rows = results["results"]
+    for experiment, shapes in (("gpt2", [cfg.gpt2.num_tokens]), ("sweep", cfg.sweep_tokens)):
+        for num_tokens in shapes:
+            at = (experiment, num_tokens)
+            seen = {r["impl"] for r in rows if (r["experiment"], r["num_tokens"]) == at}
+            assert names <= seen, (experiment, num_tokens, names - seen)
+    measured = [r for r in rows if "skipped" not in r]
+    skipped = [r for r in rows if "skipped" in r]
+    # The explicit paths are capped at max_explicit_tokens, with the reason recorded.
+    assert {r["impl"] for r in skipped} >= {"explicit", "wrapper", "torch_mha_weights"}
+    assert all(r["num_tokens"] > cfg.max_explicit_tokens and r["skipped"] for r in skipped)
+    for row in measured:
+        assert row["q1_s"] <= row["median_s"] <= row["q3_s"]
+        assert row["runs"] == len(row["times_s"]) >= cfg.min_repeats
+        if row["impl"] == bench.REFERENCE:
+            assert row["ratio_to_reference"] == 1.0
+        if row["impl"] != "matmul":
+            assert row["peak_bytes"] > 0 and row["state_bytes"] > 0
+    # The explicit path returns the (b, h, T, T) weights: the meter must see at least those.
+    explicit = next(r for r in measured if r["impl"] == "explicit" and r["mode"] == "forward")
+    weights_bytes = 4 * explicit["batch"] * explicit["num_heads"] * explicit["num_tokens"] ** 2
+    assert explicit["peak_bytes"] >= weights_bytes
+    assert {t["target"].split(" (")[0] for t in results["targets"]} >= {
+        "fwd+bwd time vs SDPA reference",
+        "fwd+bwd time vs torch.nn.MultiheadAttention",
+    }
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
+def test_cuda_without_cuda_fails_clearly() -> None:
+    with pytest.raises(SystemExit, match="CUDA is not available"):
+        bench.main(["--device", "cuda", "--quick"])
