@@ -12,6 +12,7 @@ run the same sessions:
 from __future__ import annotations
 
 import os
+import shutil
 
 import nox
 
@@ -97,6 +98,63 @@ def tests_gpu(session: nox.Session) -> None:
     """`tests` on CUDA, tests/test_cuda.py included; fails, never skips, without a GPU."""
     require_cuda(session)
     tests(session)
+
+
+def install_docs(session: nox.Session) -> None:
+    """torch, then the package with the `docs` extra (mkdocs-material, markdown-exec, ...)."""
+    install_torch(session)
+    session.install("-e", ".[docs]")
+    session.env["NO_MKDOCS_2_WARNING"] = "1"
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The site, built strictly into site/: every page's code, notebook and docstring example runs.
+
+    `mkdocs build --strict` fails on any warning and on any failing block; notebooks run with
+    `allow_errors: false` and no cache (mkdocs.yml), so every output is computed by this build.
+    """
+    install_docs(session)
+    session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", "site", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def serve(session: nox.Session) -> None:
+    """Preview the site with live reload on http://127.0.0.1:8000 (pages, package, README)."""
+    install_docs(session)
+    session.run("mkdocs", "serve", "--livereload", "--dev-addr", "127.0.0.1:8000", *session.posargs)
+
+
+def chromium(session: nox.Session) -> str:
+    """Debian's Chromium for the browser check: installed with apt-get when missing (as root)."""
+    path = os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(path) and shutil.which("apt-get") and os.geteuid() == 0:
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-q", external=True, env=env)
+        session.run("apt-get", "install", "-y", "-q", "chromium", external=True, env=env)
+    if not os.path.exists(path):
+        session.error(
+            f"no Chromium at {path}: install Debian's (`sudo apt-get install chromium`) or set "
+            "ATTENTION_CHROMIUM to a Chromium binary"
+        )
+    return path
+
+
+@nox.session(python=PYTHON)
+def site(session: nox.Session) -> None:
+    """Every page of the built site in headless Chromium: errors, requests, math, search, figures.
+
+    Builds site/ first if it is missing (run `nox -s docs` first to check a fresh build).
+    Screenshots go to ATTENTION_SCREENSHOTS (default /tmp/attention-screenshots).
+    """
+    browser = chromium(session)
+    if not os.path.exists("site/index.html"):
+        docs(session)
+    session.install("playwright>=1.45")  # the Python driver only: never `playwright install`
+    session.run(
+        "python", "tests/browser/check_site.py", "--site", "site", "--chromium", browser,
+        *session.posargs,
+    )  # fmt: skip
 
 
 @nox.session(python=PYTHON)

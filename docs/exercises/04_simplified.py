@@ -1,0 +1,77 @@
+# %% [markdown]
+# # Exercise 4: simplified self-attention by hand
+#
+# Chapter: [Simplified self-attention](../../simplified.md). Every output below was computed
+# while the site was built; download the notebook (link above) to run and change it yourself.
+#
+# The running example, *"Your journey starts with one step"*, is six tokens embedded in three
+# dimensions. Simplified self-attention uses each embedding $x^{(i)}$ as query, key and value:
+#
+# $$\omega_{qi} = x^{(q)} \cdot x^{(i)}, \qquad
+#   \alpha_{qi} = \frac{\exp \omega_{qi}}{\sum_j \exp \omega_{qj}}, \qquad
+#   z^{(q)} = \sum_i \alpha_{qi}\, x^{(i)}$$
+
+# %%
+import torch
+from IPython.display import HTML
+
+from attention.plot import heatmap, svg
+from attention.simple import EXAMPLE_TOKENS, example_inputs, simplified_self_attention
+
+inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
+assert inputs.shape == (6, 3)
+inputs
+
+# %% [markdown]
+# ## Exercise 4.1: one query, with loops
+#
+# For the query "starts" ($q = 3$ in the book's counting, row 2 here), compute the six
+# scores $\omega_{3i}$ with a Python loop over the tokens, normalise them with a softmax, and
+# form the context vector $z^{(3)}$ as a weighted sum, again with a loop.
+
+# %%
+# Solution
+query = inputs[2]  # x^(3), "starts"; (d_in,)
+attn_scores = torch.empty(inputs.shape[0])  # (num_tokens,)
+for i, x_i in enumerate(inputs):
+    attn_scores[i] = torch.dot(x_i, query)
+attn_weights = torch.softmax(attn_scores, dim=0)  # (num_tokens,)
+context_vec = torch.zeros(inputs.shape[1])  # (d_in,)
+for i, x_i in enumerate(inputs):
+    context_vec += attn_weights[i] * x_i
+assert attn_weights.shape == (6,) and context_vec.shape == (3,)
+attn_scores, attn_weights, context_vec
+
+# %% [markdown]
+# ## Exercise 4.2: all queries at once, as matrices
+#
+# Write the same computation for every query at once, $\Omega = X X^\top$,
+# $A = \operatorname{softmax}(\Omega)$ row by row, $Z = A X$, and check that row 2 of your
+# result is the context vector of exercise 4.1, and that both agree with
+# `attention.simple.simplified_self_attention`.
+
+# %%
+# Solution
+all_scores = inputs @ inputs.T  # (num_tokens, num_tokens)
+all_weights = torch.softmax(all_scores, dim=-1)  # (num_tokens, num_tokens)
+all_context_vecs = all_weights @ inputs  # (num_tokens, d_in)
+assert all_weights.shape == (6, 6) and all_context_vecs.shape == (6, 3)
+
+torch.testing.assert_close(all_context_vecs[2], context_vec)
+library_context_vecs, library_weights = simplified_self_attention(inputs)
+torch.testing.assert_close(all_weights, library_weights)
+torch.testing.assert_close(all_context_vecs, library_context_vecs)
+all_weights.sum(dim=-1)  # every row of weights sums to 1
+
+# %% [markdown]
+# ## Exercise 4.3: look at the weights
+#
+# Draw $A$ as a heatmap with the tokens on both axes. Which key does each query attend to
+# most, and why do "journey" and "starts" attend to each other so strongly? (Hint: compare
+# their embeddings in the first cell.)
+
+# %%
+# Solution
+for token, row in zip(EXAMPLE_TOKENS, all_weights, strict=True):
+    print(f"{token:>8} attends most to {EXAMPLE_TOKENS[int(row.argmax())]!r}")
+HTML(svg(heatmap(all_weights, EXAMPLE_TOKENS, title="simplified attention weights A")))

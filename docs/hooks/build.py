@@ -1,0 +1,274 @@
+"""MkDocs hooks for the attention site (listed under `hooks:` in mkdocs.yml).
+
+What they add to a plain mkdocs-material build:
+
+- a footer on every page stating what computed the outputs: `attention` and torch versions,
+  the device (`ATTENTION_DEVICE`, default `cpu`) and the build date;
+- the package's docstring examples, run as doctests in a second process while the site builds
+  (the build fails if an example's output differs from what the API pages show);
+- `<!-- pycon: README.md#quickstart -->` in a page: the README's quickstart, executed like an
+  interactive session (every `>>>` line echoes its value, which markdown-exec's `pycon` does
+  not do) and shown with today's outputs; the build fails if the README's typed outputs are
+  stale;
+- MathJax served from the site itself (`assets/mathjax/`), copied from the installed
+  `django-static-mathjax` wheel, so formulas render with the network off;
+- every exercise notebook (`docs/exercises/*.py`, jupytext percent format) in the nav and in
+  the table that replaces `<!-- exercises -->`, downloadable as `.ipynb` and as its `.py`
+  source, with links at the top of its page;
+- a check that every public module of `attention` has an API page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import doctest
+import importlib
+import importlib.util
+import io
+import logging
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+
+log = logging.getLogger("mkdocs.hooks.attention")
+
+ROOT = Path(__file__).resolve().parents[2]
+MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "ui", "a11y")
+"""What the site serves of MathJax's es5 build (the 4 MB speech-rule maps are left out)."""
+
+_DIRECTIVE = re.compile(r"^<!-- pycon: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->$", re.MULTILINE)
+_doctests: subprocess.Popen[str] | None = None
+
+
+# ---------------------------------------------------------------------------- config
+def _build_stamp() -> str:
+    """One line for the footer: what computed every output on the page."""
+    import torch
+
+    import attention
+
+    device = os.environ.get("ATTENTION_DEVICE", "cpu")
+    if device.startswith("cuda") and torch.cuda.is_available():
+        device = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    now = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
+    return (
+        f'<span class="build-stamp">Every output on this page was computed while the site was '
+        f"built on {now:%Y-%m-%d}, by <code>attention</code> {attention.__version__} with "
+        f"torch {torch.__version__} on <code>{device}</code> (Python "
+        f"{sys.version_info.major}.{sys.version_info.minor}).</span>"
+    )
+
+
+def _check_api_pages(docs_dir: Path) -> None:
+    """Warn (which fails the strict build) for a public module without its API page."""
+    import attention
+
+    for module in pkgutil.iter_modules(attention.__path__):
+        page = docs_dir / "api" / f"{module.name}.md"
+        if module.name.startswith("_"):
+            continue
+        if not page.is_file() or f"::: attention.{module.name}" not in page.read_text():
+            log.warning("attention.%s has no API page: add %s", module.name, page)
+
+
+def _exercise_notebooks(docs_dir: Path) -> list[str]:
+    return sorted(p.relative_to(docs_dir).as_posix() for p in (docs_dir / "exercises").glob("*.py"))
+
+
+def _add_exercises_to_nav(config: Any) -> None:
+    """Append every `exercises/*.py` notebook missing from the nav's "Exercises" section."""
+    for item in config["nav"] or []:
+        if isinstance(item, dict) and isinstance(item.get("Exercises"), list):
+            section = item["Exercises"]
+            listed = {next(iter(e.values())) if isinstance(e, dict) else e for e in section}
+            section.extend(
+                nb for nb in _exercise_notebooks(Path(config["docs_dir"])) if nb not in listed
+            )
+
+
+def on_config(config: Any) -> Any:
+    global _doctests
+    config["copyright"] = _build_stamp()
+    _check_api_pages(Path(config["docs_dir"]))
+    _add_exercises_to_nav(config)
+    # The docstrings' examples run in a second process, beside the build (2 cores).
+    _doctests = subprocess.Popen(
+        [sys.executable, "-c", _DOCTEST_SCRIPT],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return config
+
+
+_DOCTEST_SCRIPT = """
+import doctest, importlib, pkgutil, sys
+import attention
+failed = tried = 0
+for info in pkgutil.iter_modules(attention.__path__):
+    module = importlib.import_module(f"attention.{info.name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    failed, tried = failed + result.failed, tried + result.attempted
+print(f"{tried} docstring examples, {failed} failed")
+sys.exit(1 if failed or not tried else 0)
+"""
+
+
+def on_post_build(config: Any) -> None:
+    global _doctests
+    if _doctests is None:
+        return
+    output, _ = _doctests.communicate(timeout=600)
+    _doctests, returncode = None, _doctests.returncode
+    if returncode != 0:
+        raise PluginError(f"docstring examples failed:\n{output}")
+    log.info("docstring examples: %s", output.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------- MathJax
+def _mathjax_dir() -> Path:
+    spec = importlib.util.find_spec("mathjax")
+    if spec is None or spec.origin is None:
+        raise PluginError(
+            "MathJax is not installed: `pip install -e .[docs]` installs it "
+            "(package django-static-mathjax)"
+        )
+    es5 = Path(spec.origin).parent / "static" / "mathjax" / "es5"
+    if not (es5 / "tex-chtml.js").is_file():
+        raise PluginError(f"no MathJax es5 build in {es5}")
+    return es5
+
+
+def on_files(files: Files, config: Any) -> Files:
+    es5 = _mathjax_dir()
+    for part in MATHJAX_PARTS:
+        paths = [es5 / part] if (es5 / part).is_file() else sorted((es5 / part).rglob("*"))
+        for path in paths:
+            if path.is_file():
+                rel = path.relative_to(es5).as_posix()
+                files.append(
+                    File(
+                        rel,
+                        src_dir=str(es5),
+                        dest_dir=config["site_dir"],
+                        use_directory_urls=config["use_directory_urls"],
+                        dest_uri=f"assets/mathjax/{rel}",
+                    )
+                )
+    return files
+
+
+# ---------------------------------------------------------------------------- pycon
+class _Recorder(doctest.DocTestRunner):
+    """A doctest runner that keeps what each example really printed."""
+
+    def __init__(self) -> None:
+        super().__init__(optionflags=doctest.ELLIPSIS)
+        self.got: list[str] = []
+        self.problems: list[str] = []
+
+    def report_success(self, out: Any, test: Any, example: Any, got: str) -> None:
+        self.got.append(got)
+
+    def report_failure(self, out: Any, test: Any, example: Any, got: str) -> None:
+        self.got.append(got)
+        self.problems.append(
+            f"{example.source.strip()}\n  expected: {example.want!r}\n  got: {got!r}"
+        )
+
+    def report_unexpected_exception(self, out: Any, test: Any, example: Any, exc_info: Any) -> None:
+        self.got.append("")
+        self.problems.append(f"{example.source.strip()}\n  raised {exc_info[1]!r}")
+
+
+def _section(path: Path, name: str) -> str:
+    """The text between `<!-- NAME:start -->` and `<!-- NAME:end -->` in `path`."""
+    text = path.read_text(encoding="utf-8")
+    match = re.search(rf"<!-- {name}:start -->\n(.*?)<!-- {name}:end -->", text, re.DOTALL)
+    if match is None:
+        raise PluginError(f"no <!-- {name}:start --> ... <!-- {name}:end --> section in {path}")
+    return match.group(1)
+
+
+def run_pycon(source: str, name: str) -> str:
+    """Run the `>>>` examples of `source` like a console; return a pycon block of today's output.
+
+    Raises:
+        PluginError: an example raised, or printed something other than the output typed in
+            `source` (the source is stale).
+    """
+    import torch
+
+    test = doctest.DocTestParser().get_doctest(source, {}, name, name, 0)
+    runner = _Recorder()
+    with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
+        runner.run(test, clear_globs=True)
+    if runner.problems:
+        raise PluginError(
+            f"{name}: output differs from today's code:\n" + "\n".join(runner.problems)
+        )
+    lines = []
+    for example, got in zip(test.examples, runner.got, strict=True):
+        source = re.sub(r"\s*# doctest:.*$", "", example.source.rstrip("\n"), flags=re.MULTILINE)
+        source_lines = source.split("\n")
+        lines.append(">>> " + source_lines[0])
+        lines.extend("... " + line for line in source_lines[1:])
+        if got:
+            lines.append(got.rstrip("\n"))
+    return "```pycon\n" + "\n".join(lines) + "\n```"
+
+
+def _exercise_table(docs_dir: Path) -> str:
+    """A table of the exercise notebooks: file and title (the notebook's first heading)."""
+    rows = ["| Notebook | Exercise |", "| --- | --- |"]
+    for nb in _exercise_notebooks(docs_dir):
+        text = (docs_dir / nb).read_text(encoding="utf-8")
+        title = re.search(r"^# # (.+)$", text, re.MULTILINE)
+        name = Path(nb).stem
+        rows.append(f"| `{name}` | [{title[1] if title else name}]({Path(nb).name}) |")
+    return "\n".join(rows)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    def replace(match: re.Match[str]) -> str:
+        path = ROOT / match["path"]
+        return run_pycon(_section(path, match["name"]), f"{match['path']}#{match['name']}")
+
+    markdown = _DIRECTIVE.sub(replace, markdown)
+    if "<!-- exercises -->" in markdown:
+        markdown = markdown.replace("<!-- exercises -->", _exercise_table(Path(config["docs_dir"])))
+    return markdown
+
+
+# ---------------------------------------------------------------------------- notebooks
+def _is_notebook(page: Any) -> bool:
+    src = page.file.src_uri
+    return src.startswith("exercises/") and src.endswith(".py")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    if not _is_notebook(page):
+        return html
+    import jupytext
+
+    source = Path(page.file.abs_src_path)
+    target = Path(page.file.abs_dest_path).parent
+    target.mkdir(parents=True, exist_ok=True)
+    jupytext.write(jupytext.read(source), target / f"{source.stem}.ipynb")
+    links = (
+        f'<p class="notebook-downloads">Download this exercise: '
+        f'<a href="{source.stem}.ipynb" download>{source.stem}.ipynb</a> (Jupyter) or '
+        f'<a href="{source.name}" download>{source.name}</a> (jupytext percent format). '
+        f"The outputs below were computed while the site was built.</p>"
+    )
+    return links + html

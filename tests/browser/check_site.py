@@ -1,0 +1,315 @@
+"""Open every page of the built site in headless Chromium and check what a reader would see.
+
+Run by `nox -s site` (not collected by pytest: the file name does not start with `test_`):
+
+    python tests/browser/check_site.py [--site site] [--screenshots /tmp/attention-screenshots]
+
+It serves `site/` on 127.0.0.1 (a free port) and drives Debian's `/usr/bin/chromium` through
+playwright (never `playwright install`: no browser download). For every HTML page it checks:
+
+- no console error and no uncaught exception;
+- no request to any host but 127.0.0.1 (such requests are blocked and reported), and no
+  local request that fails or answers >= 400;
+- every formula rendered by MathJax: each `.arithmatex` holds an `mjx-container`, no
+  `mjx-merror`, and no raw TeX delimiters (`$$`, `\\(`, `\\[`) left in the visible text;
+- every figure (`svg`/`img` in the content) visible with a non-zero size, and the text of every
+  `attention.plot` figure contrasted against the page background in the light and the dark
+  palette;
+- the footer's build stamp (versions and device) present.
+
+On the home page it also types "causal" into the search box and expects results. It saves a
+full-page screenshot of every page (light) and of the home and API pages (dark) to the
+screenshot directory, outside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import os
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+CHROMIUM = os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-default-apps",
+    "--disable-sync",
+]
+DARK_TOO = ("", "api/")  # pages also checked and photographed in the dark palette
+
+# Text nodes outside code, scripts and rendered math must not hold raw TeX.
+RAW_TEX_JS = r"""
+() => {
+  const root = document.querySelector(".md-content") || document.body;
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
+    acceptNode(node) {
+      for (let el = node.parentElement; el && el !== root; el = el.parentElement) {
+        const tag = el.tagName.toLowerCase();
+        if (["pre", "code", "script", "style", "textarea", "mjx-container", "svg"].includes(tag))
+          return NodeFilter.FILTER_REJECT;
+      }
+      return NodeFilter.FILTER_ACCEPT;
+    },
+  });
+  const raw = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const text = node.textContent;
+    if (/\$\$|\\\(|\\\[|\\frac|\\sqrt|\\operatorname/.test(text)) {
+      raw.push(text.trim().slice(0, 80));
+    }
+  }
+  return raw;
+}
+"""
+
+MATH_JS = """
+() => {
+  const math = [...document.querySelectorAll(".md-content .arithmatex")];
+  return {
+    arithmatex: math.length,
+    unrendered: math.filter((el) => !el.querySelector("mjx-container")).length,
+    // shown (has a layout box) yet zero-width: typeset, but its glyphs did not draw
+    blank: [...document.querySelectorAll(".md-content mjx-container")].filter(
+      (el) => el.getClientRects().length && el.getBoundingClientRect().width === 0).length,
+    containers: document.querySelectorAll(".md-content mjx-container").length,
+    errors: document.querySelectorAll("mjx-merror").length,
+  };
+}
+"""
+
+FIGURES_JS = """
+() => {
+  const lum = (rgb) => {
+    const [r, g, b] = rgb.match(/[0-9.]+/g).slice(0, 3).map((v) => {
+      v = Number(v) / 255;
+      return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const background = () => {
+    for (let el = document.querySelector(".md-content"); el; el = el.parentElement) {
+      const bg = getComputedStyle(el).backgroundColor;
+      if (bg && !bg.startsWith("rgba(0, 0, 0, 0)") && bg !== "transparent") return bg;
+    }
+    return "rgb(255, 255, 255)";
+  };
+  const bg = lum(background());
+  const figures = [...document.querySelectorAll(
+    ".md-content svg.attention-figure, .md-content img, .md-content .jp-OutputArea-output svg"
+  )];
+  return figures.map((el) => {
+    const box = el.getBoundingClientRect();
+    const style = getComputedStyle(el);
+    let contrast = null;
+    if (el.classList && el.classList.contains("attention-figure")) {
+      const label = [...el.querySelectorAll("text")].find((t) => /[a-z]/i.test(t.textContent)
+        && getComputedStyle(t).fill.startsWith("rgb") && t.textContent !== "-inf"
+        && !/^[0-9.]+$/.test(t.textContent));
+      if (label) {
+        const fg = lum(getComputedStyle(label).fill);
+        contrast = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+      }
+    }
+    return {
+      tag: el.tagName.toLowerCase(),
+      name: el.getAttribute("aria-label") || el.getAttribute("src") || el.id || "",
+      width: box.width,
+      height: box.height,
+      visible: style.visibility !== "hidden" && style.display !== "none" && box.width > 0
+        && box.height > 0,
+      contrast,
+      tooltips: el.querySelectorAll ? el.querySelectorAll("title").length : 0,
+    };
+  });
+}
+"""
+
+
+@dataclass
+class PageResult:
+    url: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """Serve `site` on 127.0.0.1, on a free port, from a daemon thread."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def page_paths(site: Path) -> list[str]:
+    """Every HTML page of the built site, as a path relative to its root ("" = home)."""
+    paths = []
+    for html in sorted(site.rglob("index.html")):
+        rel = html.parent.relative_to(site).as_posix()
+        if rel.startswith(("assets", "search")):
+            continue
+        paths.append("" if rel == "." else rel + "/")
+    return paths
+
+
+def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageResult:
+    url = base + path
+    result = PageResult(f"{url} [{scheme}]")
+    page = context.new_page()
+    page.on(
+        "console",
+        lambda msg: msg.type == "error" and result.problems.append(f"console error: {msg.text}"),
+    )
+    page.on("pageerror", lambda exc: result.problems.append(f"uncaught exception: {exc}"))
+    page.on(
+        "requestfailed",
+        lambda req: (
+            urlparse(req.url).hostname == "127.0.0.1"
+            and result.problems.append(f"request failed: {req.url} ({req.failure})")
+        ),
+    )
+    page.on(
+        "response",
+        lambda resp: (
+            resp.status >= 400 and result.problems.append(f"HTTP {resp.status}: {resp.url}")
+        ),
+    )
+    page.goto(url, wait_until="load")
+    page.wait_for_load_state("networkidle")
+    page.evaluate(
+        "() => (window.MathJax && MathJax.startup && MathJax.startup.promise"
+        " ? MathJax.startup.promise : Promise.resolve()).then(() => document.fonts.ready)"
+        ".then(() => true)"
+    )
+
+    math = page.evaluate(MATH_JS)
+    if math["unrendered"] or math["errors"] or math["blank"]:
+        result.problems.append(
+            f"math: {math['unrendered']} of {math['arithmatex']} formulas not rendered, "
+            f"{math['blank']} drawn blank, {math['errors']} TeX errors"
+        )
+    raw = page.evaluate(RAW_TEX_JS)
+    if raw:
+        result.problems.append(f"raw TeX in the text: {raw[:3]}")
+    result.notes.append(f"{math['containers']} formulas")
+
+    figures = page.evaluate(FIGURES_JS)
+    for fig in figures:
+        if not fig["visible"]:
+            result.problems.append(
+                f"figure not visible: <{fig['tag']}> {fig['name']!r} "
+                f"({fig['width']:.0f}x{fig['height']:.0f})"
+            )
+        if fig["contrast"] is not None and fig["contrast"] < 4.5:
+            result.problems.append(
+                f"figure text hard to read in {scheme} mode: contrast {fig['contrast']:.1f} "
+                f"< 4.5 in {fig['name']!r}"
+            )
+    result.notes.append(f"{len(figures)} figures")
+
+    stamp = page.locator(".build-stamp")
+    if stamp.count() != 1 or "torch" not in stamp.inner_text():
+        result.problems.append("footer: no build stamp with the torch version")
+
+    if path == "" and scheme == "light":
+        page.locator("input.md-search__input").click(force=True)
+        page.keyboard.type("causal", delay=30)  # real key events: Material reacts to them
+        try:
+            page.wait_for_selector(".md-search-result__item", timeout=10_000)
+            hits = page.locator(".md-search-result__item").count()
+            result.notes.append(f'search "causal": {hits} results')
+        except Exception:  # playwright's TimeoutError
+            result.problems.append('search for "causal" returned no results')
+        page.keyboard.press("Escape")
+
+    name = re.sub(r"[^\w]+", "_", path.strip("/")) or "home"
+    page.screenshot(path=str(shots / f"{name}-{scheme}.png"), full_page=True)
+    page.close()
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", type=Path, default=Path("site"))
+    parser.add_argument(
+        "--screenshots",
+        type=Path,
+        default=Path(os.environ.get("ATTENTION_SCREENSHOTS", "/tmp/attention-screenshots")),
+    )
+    parser.add_argument("--chromium", default=CHROMIUM)
+    args = parser.parse_args()
+
+    if not (args.site / "index.html").is_file():
+        print(f"no built site in {args.site}/: run `nox -s docs` first", file=sys.stderr)
+        return 2
+    if not Path(args.chromium).is_file():
+        print(
+            f"no Chromium at {args.chromium}: `apt-get install -y chromium` (Debian), "
+            "or point ATTENTION_CHROMIUM at one",
+            file=sys.stderr,
+        )
+        return 2
+    from playwright.sync_api import sync_playwright
+
+    args.screenshots.mkdir(parents=True, exist_ok=True)
+    server, base = serve(args.site)
+    outside: list[str] = []
+
+    def guard(route, request) -> None:
+        host = urlparse(request.url).hostname
+        if request.url.startswith(("data:", "blob:")) or host == "127.0.0.1":
+            route.continue_()
+        else:
+            outside.append(request.url)
+            route.abort()
+
+    results: list[PageResult] = []
+    with sync_playwright() as p:
+        # launch() gives the browser a fresh temporary profile (user-data-dir) every time
+        browser = p.chromium.launch(
+            executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS
+        )
+        paths = page_paths(args.site)
+        for scheme in ("light", "dark"):
+            context = browser.new_context(
+                color_scheme=scheme, viewport={"width": 1280, "height": 900}
+            )
+            context.route("**/*", guard)
+            for path in paths:
+                if scheme == "dark" and path not in DARK_TOO:
+                    continue
+                results.append(check_page(context, base, path, scheme, args.screenshots))
+            context.close()
+        browser.close()
+    server.shutdown()
+
+    failed = [r for r in results if r.problems]
+    for r in results:
+        mark = "FAIL" if r.problems else "ok  "
+        print(f"{mark} {r.url}  ({', '.join(r.notes)})")
+        for problem in r.problems:
+            print(f"       - {problem}")
+    if outside:
+        print(f"FAIL requests to other hosts (blocked): {sorted(set(outside))[:10]}")
+    print(f"screenshots: {args.screenshots}/")
+    print(f"site check: {len(results) - len(failed)} passed, {len(failed) + bool(outside)} failed")
+    return 1 if failed or outside else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
