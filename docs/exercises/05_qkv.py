@@ -15,7 +15,10 @@ import torch
 from torch import nn
 
 from attention.core import explicit_attention
-from attention.self_attention import SelfAttentionV1, SelfAttentionV2
+from attention.self_attention import (
+    SelfAttentionV1,
+    SelfAttentionV2,
+)
 from attention.simple import example_inputs
 
 inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
@@ -34,11 +37,13 @@ d_in, d_out = 3, 2
 torch.manual_seed(789)
 sa_v2 = SelfAttentionV2(d_in, d_out)
 
-queries = inputs @ sa_v2.W_query.weight.T  # Q = X W_q: (6, 3) @ (3, 2) -> (6, 2)
+# Q = X W_q: (6, 3) @ (3, 2) -> (6, 2)
+queries = inputs @ sa_v2.W_query.weight.T  # (6, 2)
 keys = inputs @ sa_v2.W_key.weight.T  # K: (6, 2)
 values = inputs @ sa_v2.W_value.weight.T  # V: (6, 2)
 d_k = keys.shape[-1]
-attn_weights = torch.softmax(queries @ keys.T / d_k**0.5, dim=-1)  # (6, 6)
+attn_scores = queries @ keys.T  # (6, 6)
+attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)
 context_vecs = attn_weights @ values  # Z: (6, 6) @ (6, 2) -> (6, 2)
 
 assert context_vecs.shape == (6, 2)
@@ -59,7 +64,7 @@ sa_v1 = SelfAttentionV1(d_in, d_out)
 sa_v2 = SelfAttentionV2(d_in, d_out)
 
 with torch.no_grad():
-    sa_v2.W_query.weight.copy_(sa_v1.W_query.T)  # (2, 3) <- (3, 2)^T
+    sa_v2.W_query.weight.copy_(sa_v1.W_query.T)  # (2, 3)
     sa_v2.W_key.weight.copy_(sa_v1.W_key.T)  # (2, 3)
     sa_v2.W_value.weight.copy_(sa_v1.W_value.T)  # (2, 3)
 
@@ -84,17 +89,16 @@ W_key = nn.Linear(d_in, d_k, bias=False)
 W_value = nn.Linear(d_in, d_v, bias=False)
 
 with torch.no_grad():
+    queries, keys = W_query(inputs), W_key(inputs)  # (6, 2) each
+    values = W_value(inputs)  # (6, 4)
     # Z: (6, 4), A: (6, 6)
-    context_vecs, attn_weights = explicit_attention(
-        W_query(inputs), W_key(inputs), W_value(inputs)
-    )
-    W_value.reset_parameters()  # new values; the same queries and keys
-    context_vecs_new, attn_weights_new = explicit_attention(
-        W_query(inputs), W_key(inputs), W_value(inputs)
-    )
+    z, weights = explicit_attention(queries, keys, values)
+    W_value.reset_parameters()  # new values, same queries and keys
+    new_values = W_value(inputs)  # (6, 4)
+    z_new, weights_new = explicit_attention(queries, keys, new_values)
 
-assert context_vecs.shape == (6, d_v) and attn_weights.shape == (6, 6)
+assert z.shape == (6, d_v) and weights.shape == (6, 6)
 # who attends to whom: unchanged; what they receive: changed
-assert torch.equal(attn_weights, attn_weights_new)
-assert not torch.allclose(context_vecs, context_vecs_new)
-context_vecs.shape
+assert torch.equal(weights, weights_new)
+assert not torch.allclose(z, z_new)
+z.shape

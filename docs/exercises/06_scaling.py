@@ -31,7 +31,7 @@ num_pairs = 20_000
 for d_k in (16, 256):
     q = torch.randn(num_pairs, d_k)  # (num_pairs, d_k)
     k = torch.randn(num_pairs, d_k)  # (num_pairs, d_k)
-    attn_scores = (q * k).sum(dim=-1)  # one score per pair: (num_pairs,)
+    attn_scores = (q * k).sum(dim=-1)  # one per pair: (num_pairs,)
     variance = attn_scores.var().item()
     print(f"d_k = {d_k:>3}: Var[q . k] = {variance:.1f}")
     assert abs(variance / d_k - 1) < 0.05
@@ -44,6 +44,7 @@ for d_k in (16, 256):
 # each row sums to 0. Which property of the softmax, also behind `softmax_stable`, does
 # that express?
 
+
 # %%
 # Solution
 def softmax_last(z):
@@ -51,14 +52,17 @@ def softmax_last(z):
 
 
 omega = torch.randn(6)  # (6,)
-J = torch.autograd.functional.jacobian(softmax_last, omega)  # (6, 6)
+jacobian = torch.autograd.functional.jacobian
+J = jacobian(softmax_last, omega)  # (6, 6)
 alpha = softmax_last(omega)  # (6,)
-torch.testing.assert_close(J, torch.diag(alpha) - torch.outer(alpha, alpha))
+J_formula = torch.diag(alpha) - torch.outer(alpha, alpha)  # (6, 6)
+torch.testing.assert_close(J, J_formula)
 # Row i says how alpha_i moves when the scores move. Moving every score by the
 # same amount is a shift, and a shift leaves the softmax unchanged: rows sum to 0.
 torch.testing.assert_close(J.sum(dim=-1), torch.zeros(6))
-torch.testing.assert_close(softmax_stable(omega + 100.0), softmax_stable(omega))
-J.sum(dim=-1)
+shifted = omega + 100.0  # the same shift for every score
+assert torch.allclose(softmax_stable(shifted), softmax_stable(omega))
+print("largest row sum of J:", f"{J.sum(dim=-1).abs().max():.1e}")
 
 # %% [markdown]
 # ## Exercise 6.3: too much scaling
@@ -67,6 +71,7 @@ J.sum(dim=-1)
 # largest attention weight (mean over queries, 16 keys) with the $\sqrt{d_k}$ version as
 # $d_k$ grows. Show that dividing by $d_k$ drifts to uniform attention, $1/16$ per key: the
 # opposite failure, a model that cannot single anything out.
+
 
 # %%
 # Solution
@@ -80,7 +85,8 @@ for d_k in (4, 64, 1024):
     k = torch.randn(num_keys, d_k)  # (16, d_k)
     attn_scores = q @ k.T  # (256, 16)
     by_d_k = mean_largest(torch.softmax(attn_scores / d_k, dim=-1))
-    by_sqrt = mean_largest(torch.softmax(attn_scores / math.sqrt(d_k), dim=-1))
-    print(f"d_k = {d_k:>4}: / d_k {by_d_k:.3f}   / sqrt(d_k) {by_sqrt:.3f}")
+    scaled = attn_scores / math.sqrt(d_k)  # (256, 16)
+    by_sqrt = mean_largest(torch.softmax(scaled, dim=-1))
+    print(f"d_k {d_k:>4}:  / d_k {by_d_k:.3f},  / sqrt {by_sqrt:.3f}")
 assert by_d_k < 1.2 / num_keys  # at d_k = 1024: practically uniform
-assert by_sqrt > 2 / num_keys  # the square root still singles keys out
+assert by_sqrt > 2 / num_keys  # sqrt still singles keys out
