@@ -1,0 +1,130 @@
+# %% [markdown]
+# # Exercise 9: multi-head attention
+#
+# Chapter: [Multi-head attention](../../multihead.md). Every output below was computed while
+# the site was built; download the notebook (link above) to run and change it yourself.
+#
+# $h$ heads of width $d_h$, each attending on its own, concatenated and projected:
+#
+# $$\operatorname{head}_i = \operatorname{softmax}\!\left(
+#   \frac{(X W_q^{(i)})(X W_k^{(i)})^\top}{\sqrt{d_h}} + M\right) X W_v^{(i)}, \qquad
+#   \operatorname{MultiHead}(X) = [\operatorname{head}_1; \dots; \operatorname{head}_h]\, W_o$$
+
+# %%
+import torch
+from IPython.display import HTML
+
+from attention import MultiHeadAttention, MultiHeadAttentionWrapper
+from attention.plot import heatmap, svg
+from attention.simple import EXAMPLE_TOKENS, example_inputs
+
+inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
+batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
+
+# %% [markdown]
+# ## Exercise 9.1: from three heads to one fused module, by hand
+#
+# Build `MultiHeadAttentionWrapper(d_in=3, d_out=2, context_length=6, dropout=0.0,
+# num_heads=3)` (seed 123). How wide is its output? Build the `MultiHeadAttention` that computes
+# the same thing **without** `from_wrapper`: choose its `d_out`, copy the heads' weights into
+# its `W_query`, `W_key`, `W_value` and make `out_proj` the identity. Check your module against
+# the wrapper and against `MultiHeadAttention.from_wrapper`.
+
+# %%
+# Solution
+torch.manual_seed(123)
+wrapper = MultiHeadAttentionWrapper(
+    d_in=3,
+    d_out=2,
+    context_length=6,
+    dropout=0.0,
+    num_heads=3,
+)
+width = wrapper(batch).shape[-1]  # d_out per head x num_heads
+assert width == 2 * 3
+
+mine = MultiHeadAttention(
+    d_in=3,
+    d_out=width,
+    context_length=6,
+    dropout=0.0,
+    num_heads=3,
+)
+with torch.no_grad():
+    for name in ("W_query", "W_key", "W_value"):
+        per_head = [getattr(head, name).weight for head in wrapper.heads]
+        stacked = torch.cat(per_head)  # 3 x (2, 3) -> (6, 3)
+        getattr(mine, name).weight.copy_(stacked)
+    mine.out_proj.weight.copy_(torch.eye(width))  # (6, 6)
+    mine.out_proj.bias.zero_()  # (6,)
+
+    torch.testing.assert_close(mine(batch), wrapper(batch))
+    fused = MultiHeadAttention.from_wrapper(wrapper)
+    torch.testing.assert_close(mine(batch), fused(batch))
+print(f"wrapper width {width} == MultiHeadAttention(d_out={width}, num_heads=3)")
+
+# %% [markdown]
+# ## Exercise 9.2: split and merge heads
+#
+# Write `split_heads(t, num_heads)` taking `(b, T, d_out)` to `(b, h, T, d_h)` and
+# `merge_heads(t)` doing the reverse. Check that `merge_heads(split_heads(t))` gives `t` back,
+# that head `i` holds columns `i * d_h` to `(i + 1) * d_h` of `t`, and that the one-step
+# `t.view(b, h, T, d_h)` does not.
+
+
+# %%
+# Solution
+def split_heads(t: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(b, T, d_out) -> (b, h, T, d_h)."""
+    b, num_tokens, d_out = t.shape
+    t = t.view(b, num_tokens, num_heads, d_out // num_heads)  # (b, T, h, d_h)
+    return t.transpose(1, 2)  # (b, h, T, d_h)
+
+
+def merge_heads(t: torch.Tensor) -> torch.Tensor:
+    """(b, h, T, d_h) -> (b, T, h * d_h)."""
+    b, h, num_tokens, d_h = t.shape
+    t = t.transpose(1, 2)  # (b, T, h, d_h)
+    # reshape, not view: after the transpose t is not contiguous
+    return t.reshape(b, num_tokens, h * d_h)  # (b, T, d_out)
+
+
+t = torch.randn(2, 6, 12)  # (b, T, d_out)
+heads = split_heads(t, num_heads=3)  # (2, 3, 6, 4)
+assert heads.shape == (2, 3, 6, 4)
+assert torch.equal(merge_heads(heads), t)
+for i in range(3):
+    assert torch.equal(heads[:, i], t[:, :, 4 * i : 4 * (i + 1)])
+wrong = t.view(2, 3, 6, 4)  # same shape, wrong numbers
+assert not torch.equal(wrong[:, 0], t[:, :, 0:4])
+print("split/merge round trip OK; view straight to (b, h, T, d_h) mixes tokens")
+
+# %% [markdown]
+# ## Exercise 9.3: look at every head
+#
+# Build `MultiHeadAttention(d_in=3, d_out=8, context_length=6, dropout=0.0, num_heads=4)`
+# (seed 123) and get its weights with `need_weights=True`. Check their shape, that every row
+# sums to 1 and that nothing above the diagonal is non-zero, then draw one heatmap per head
+# for the first sequence.
+
+# %%
+# Solution
+torch.manual_seed(123)
+mha = MultiHeadAttention(
+    d_in=3,
+    d_out=8,
+    context_length=6,
+    dropout=0.0,
+    num_heads=4,
+)
+with torch.no_grad():
+    _, attn_weights = mha(batch, need_weights=True)  # (2, 4, 6, 6)
+assert attn_weights.shape == (2, 4, 6, 6)
+torch.testing.assert_close(attn_weights.sum(dim=-1), torch.ones(2, 4, 6))
+assert (attn_weights.triu(diagonal=1) == 0).all()
+HTML(
+    "".join(
+        svg(heatmap(attn_weights[0, i], EXAMPLE_TOKENS, title=f"head {i + 1}"))
+        for i in range(mha.num_heads)
+    )
+)
