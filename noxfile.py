@@ -100,6 +100,13 @@ def tests_gpu(session: nox.Session) -> None:
     tests(session)
 
 
+@nox.session(python=PYTHON)
+def docs_gpu(session: nox.Session) -> None:
+    """`docs` with every page's code on CUDA (`ATTENTION_DEVICE=cuda`); fails without a GPU."""
+    require_cuda(session)
+    docs(session)
+
+
 def install_docs(session: nox.Session) -> None:
     """torch, then the package with the `docs` extra (mkdocs-material, markdown-exec, ...)."""
     install_torch(session)
