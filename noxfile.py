@@ -37,7 +37,7 @@ def install_torch(session: nox.Session) -> None:
 CUDA_CHECK = (
     'import sys, torch; ok = torch.cuda.is_available(); print("torch", torch.__version__, '
     '"| CUDA build:", torch.version.cuda, "| device:", torch.cuda.get_device_name(0) if ok '
-    'else None); sys.exit(0 if ok else 1)'
+    "else None); sys.exit(0 if ok else 1)"
 )
 
 
