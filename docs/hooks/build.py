@@ -26,12 +26,15 @@ import doctest
 import importlib
 import importlib.util
 import io
+import json
 import logging
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,7 @@ MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "
 
 _DIRECTIVE = re.compile(r"^<!-- pycon: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->$", re.MULTILINE)
 _doctests: subprocess.Popen[str] | None = None
+_kernel_dir: Path | None = None
 
 
 # ---------------------------------------------------------------------------- config
@@ -95,11 +99,27 @@ def _add_exercises_to_nav(config: Any) -> None:
             )
 
 
+def _kernels_over_ipc() -> None:
+    """Run the notebooks' kernels over local IPC sockets instead of TCP on loopback.
+
+    ipykernel warns about every unencrypted TCP kernel; mkdocs-jupyter reads nbconvert's
+    config from JUPYTER_CONFIG_PATH, so a config written to a private temporary directory
+    moves this build's kernels (and their socket files) there.
+    """
+    global _kernel_dir
+    tmp = _kernel_dir = Path(tempfile.mkdtemp(prefix="attention-kernels-"))
+    kernel = {"transport": "ipc", "ip": str(tmp / "kernel")}
+    (tmp / "jupyter_nbconvert_config.json").write_text(json.dumps({"KernelManager": kernel}))
+    paths = [str(tmp), *filter(None, os.environ.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
+    os.environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(paths)
+
+
 def on_config(config: Any) -> Any:
     global _doctests
     config["copyright"] = _build_stamp()
     _check_api_pages(Path(config["docs_dir"]))
     _add_exercises_to_nav(config)
+    _kernels_over_ipc()
     # The docstrings' examples run in a second process, beside the build (2 cores).
     _doctests = subprocess.Popen(
         [sys.executable, "-c", _DOCTEST_SCRIPT],
@@ -124,8 +144,22 @@ sys.exit(1 if failed or not tried else 0)
 """
 
 
+def _cleanup() -> None:
+    global _kernel_dir
+    if _kernel_dir is not None:
+        shutil.rmtree(_kernel_dir, ignore_errors=True)
+        _kernel_dir = None
+
+
+def on_build_error(error: Exception) -> None:
+    _cleanup()
+    if _doctests is not None:
+        _doctests.kill()
+
+
 def on_post_build(config: Any) -> None:
     global _doctests
+    _cleanup()
     if _doctests is None:
         return
     output, _ = _doctests.communicate(timeout=600)

@@ -46,7 +46,8 @@ CHROMIUM_ARGS = [
     "--disable-default-apps",
     "--disable-sync",
 ]
-DARK_TOO = ("", "api/")  # pages also checked and photographed in the dark palette
+# Pages also checked and photographed in the dark palette: home, API, a chapter, a notebook.
+DARK_TOO = ("", "api/", "simplified/", "exercises/04_simplified/")
 
 # Text nodes outside code, scripts and rendered math must not hold raw TeX.
 RAW_TEX_JS = r"""
