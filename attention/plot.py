@@ -163,10 +163,11 @@ def heatmap(
             value = rows[i][j]
             ok = math.isfinite(value)
             face = cmap(norm(value)) if ok else (0.5, 0.5, 0.5, 0.25)
+            # An edge in the face colour hides anti-aliasing seams between cells.
             patch = Rectangle(
                 (j - 0.5, i - 0.5), 1, 1, facecolor=face, edgecolor=face, linewidth=0.5,
                 hatch=None if ok else "//",
-            )  # fmt: skip  (an edge in the face colour hides anti-aliasing seams between cells)
+            )  # fmt: skip
             gid = f"attn-cell-{next(_ids)}"
             patch.set_gid(gid)
             ax.add_patch(patch)
