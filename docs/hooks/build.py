@@ -164,9 +164,10 @@ def on_post_build(config: Any) -> None:
         return
     output, _ = _doctests.communicate(timeout=600)
     _doctests, returncode = None, _doctests.returncode
-    if returncode != 0:
-        raise PluginError(f"docstring examples failed:\n{output}")
-    log.info("docstring examples: %s", output.strip().splitlines()[-1])
+    if returncode != 0:  # a warning fails the strict build; `mkdocs serve` still previews
+        log.warning("docstring examples failed:\n%s", output)
+    else:
+        log.info("docstring examples: %s", output.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------------------- MathJax
@@ -237,9 +238,8 @@ def _section(path: Path, name: str) -> str:
 def run_pycon(source: str, name: str) -> str:
     """Run the `>>>` examples of `source` like a console; return a pycon block of today's output.
 
-    Raises:
-        PluginError: an example raised, or printed something other than the output typed in
-            `source` (the source is stale).
+    An example that raises, or prints something other than the output typed in `source` (a
+    stale source), is logged as a warning, which fails the strict build.
     """
     import torch
 
@@ -248,9 +248,8 @@ def run_pycon(source: str, name: str) -> str:
     with torch.random.fork_rng(), contextlib.redirect_stdout(io.StringIO()):
         runner.run(test, clear_globs=True)
     if runner.problems:
-        raise PluginError(
-            f"{name}: output differs from today's code:\n" + "\n".join(runner.problems)
-        )
+        problems = "\n".join(runner.problems)
+        log.warning("%s: output differs from today's code:\n%s", name, problems)
     lines = []
     for example, got in zip(test.examples, runner.got, strict=True):
         source = re.sub(r"\s*# doctest:.*$", "", example.source.rstrip("\n"), flags=re.MULTILINE)

@@ -1,0 +1,77 @@
+"""The docs build hooks (docs/hooks/build.py): console transcripts, build stamp, exercises."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+pytest.importorskip("mkdocs")  # the `docs` extra
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs/hooks/build.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_run_pycon_echoes_values_like_a_console(hooks: ModuleType) -> None:
+    source = ">>> x = 20 + 1\n>>> x * 2\n42\n>>> for i in range(2):\n...     print(i)\n0\n1\n"
+    transcript = "```pycon\n" + source.rstrip("\n") + "\n```"
+    assert hooks.run_pycon(source, "t") == transcript
+
+
+def test_run_pycon_shows_todays_output_and_warns_when_the_source_is_stale(
+    hooks: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.attention"):
+        out = hooks.run_pycon(">>> 6 * 7\n41\n", "stale.md#example")
+    assert out == "```pycon\n>>> 6 * 7\n42\n```"
+    assert "stale.md#example: output differs" in caplog.text
+    assert "expected: '41\\n'\n  got: '42\\n'" in caplog.text
+
+
+def test_run_pycon_drops_doctest_directives_and_keeps_the_global_rng(hooks: ModuleType) -> None:
+    torch.manual_seed(0)
+    expected_next = torch.rand(1)
+    torch.manual_seed(0)
+    out = hooks.run_pycon(">>> import torch\n>>> torch.manual_seed(1)  # doctest: +ELLIPSIS\n", "t")
+    assert "doctest" not in out and ">>> torch.manual_seed(1)\n<torch._C.Generator" in out
+    assert torch.equal(torch.rand(1), expected_next)  # the page's seed did not leak out
+
+
+def test_readme_quickstart_section_is_found(hooks: ModuleType) -> None:
+    section = hooks._section(ROOT / "README.md", "quickstart")
+    assert section.startswith("```pycon\n>>> ") and section.rstrip().endswith("```")
+
+
+def test_build_stamp_names_versions_and_device(
+    hooks: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attention
+
+    monkeypatch.setenv("ATTENTION_DEVICE", "cpu")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    stamp = hooks._build_stamp()
+    assert f"<code>attention</code> {attention.__version__}" in stamp
+    assert f"torch {torch.__version__}" in stamp
+    assert "on <code>cpu</code>" in stamp and "1970-01-01" in stamp
+
+
+def test_exercise_table_lists_every_notebook_with_its_title(hooks: ModuleType) -> None:
+    table = hooks._exercise_table(ROOT / "docs")
+    notebooks = sorted((ROOT / "docs/exercises").glob("*.py"))
+    assert len(table.splitlines()) == 2 + len(notebooks)
+    assert (
+        "| `04_simplified` | [Exercise 4: simplified self-attention by hand](04_simplified.py) |"
+        in table
+    )
