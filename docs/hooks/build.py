@@ -15,19 +15,25 @@ What they add to a plain mkdocs-material build:
 - every exercise notebook (`docs/exercises/*.py`, jupytext percent format) in the nav and in
   the table that replaces `<!-- exercises -->`, downloadable as `.ipynb` and as its `.py`
   source, with links at the top of its page;
-- a check that every public module of `attention` has an API page.
+- a check that every public module of `attention` has an API page;
+- the exercise notebooks executed and rendered by mkdocs-jupyter in two worker processes from
+  the start of the build, concurrently with the pages (each in its own fresh kernel, nothing
+  cached between builds), instead of one after another at the end: on two cores this takes
+  most of their time off the build. `ATTENTION_DOCS_SERIAL_NOTEBOOKS=1` turns this off (then
+  mkdocs-jupyter runs each notebook when it renders its page, as it does on its own).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import doctest
 import importlib
 import importlib.util
 import io
-import json
 import logging
+import multiprocessing
 import os
 import pkgutil
 import re
@@ -35,6 +41,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +58,8 @@ MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "
 _DIRECTIVE = re.compile(r"^<!-- pycon: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->$", re.MULTILINE)
 _doctests: subprocess.Popen[str] | None = None
 _kernel_dir: Path | None = None
+_pool: ProcessPoolExecutor | None = None
+_notebooks: dict[str, Future[str]] = {}
 
 
 # ---------------------------------------------------------------------------- config
@@ -104,12 +114,17 @@ def _kernels_over_ipc() -> None:
 
     ipykernel warns about every unencrypted TCP kernel; mkdocs-jupyter reads nbconvert's
     config from JUPYTER_CONFIG_PATH, so a config written to a private temporary directory
-    moves this build's kernels (and their socket files) there.
+    moves this build's kernels (and their socket files) there, one prefix per process (the
+    notebook workers pick socket numbers independently).
     """
     global _kernel_dir
     tmp = _kernel_dir = Path(tempfile.mkdtemp(prefix="attention-kernels-"))
-    kernel = {"transport": "ipc", "ip": str(tmp / "kernel")}
-    (tmp / "jupyter_nbconvert_config.json").write_text(json.dumps({"KernelManager": kernel}))
+    (tmp / "jupyter_nbconvert_config.py").write_text(
+        "import os\n"
+        'c.KernelManager.transport = "ipc"\n'
+        f"c.KernelManager.ip = {str(tmp)!r} + f'/kernel-{{os.getpid()}}'\n"
+    )
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)  # also after Ctrl-C in `serve`
     paths = [str(tmp), *filter(None, os.environ.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep))]
     os.environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join(paths)
 
@@ -145,7 +160,11 @@ sys.exit(1 if failed or not tried else 0)
 
 
 def _cleanup() -> None:
-    global _kernel_dir
+    global _kernel_dir, _pool
+    if _pool is not None:
+        _pool.shutdown(cancel_futures=True)
+        _pool = None
+    _notebooks.clear()
     if _kernel_dir is not None:
         shutil.rmtree(_kernel_dir, ignore_errors=True)
         _kernel_dir = None
@@ -184,7 +203,84 @@ def _mathjax_dir() -> Path:
     return es5
 
 
+def _start_notebooks(files: Files, config: Any) -> None:
+    """Submit every notebook page to mkdocs-jupyter's own `nb2html`, in 2 worker processes.
+
+    The arguments are the ones mkdocs-jupyter's `on_pre_page` passes for that page; the
+    workers are fresh interpreters (spawn), so each conversion has its own module state.
+    """
+    global _pool
+    plugin = config["plugins"].get("mkdocs-jupyter")
+    if plugin is None or os.environ.get("ATTENTION_DOCS_SERIAL_NOTEBOOKS"):
+        return
+    from mkdocs_jupyter import convert
+
+    pc = plugin.config
+    pages = [f for f in files if f.is_documentation_page() and plugin.should_include(f)]
+    if not pages:
+        return
+    _pool = ProcessPoolExecutor(
+        max_workers=2,
+        mp_context=multiprocessing.get_context("spawn"),
+        # mkdocs_jupyter.convert patches nbconvert's heading ids on import, as in this process
+        initializer=importlib.import_module,
+        initargs=("mkdocs_jupyter.convert",),
+    )
+    for file in pages:
+        execute = pc["execute"] and not any(
+            Path(file.abs_src_path).match(pattern) for pattern in pc["execute_ignore"]
+        )
+        _notebooks[file.src_uri] = _pool.submit(
+            convert.nb2html,
+            file.abs_src_path,
+            execute=execute,
+            kernel_name=pc["kernel_name"],
+            theme=pc["theme"],
+            allow_errors=pc["allow_errors"],
+            show_input=pc["show_input"],
+            no_input=pc["no_input"],
+            no_prompt=pc["no_prompt"],
+            remove_tag_config=pc["remove_tag_config"],
+            highlight_extra_classes=pc["highlight_extra_classes"],
+            include_requirejs=pc["include_requirejs"],
+            custom_mathjax_url=pc["custom_mathjax_url"],
+        )
+
+
+def on_pre_page(page: Any, config: Any, files: Files) -> Any:
+    """Render a notebook page from its worker's result (mkdocs-jupyter has set `page.render`)."""
+    future = _notebooks.pop(page.file.src_uri, None)
+    if future is None:
+        return page
+    from mkdocs.structure.toc import get_toc
+    from mkdocs_jupyter.plugin import _get_nb_toc_tokens
+    from nbclient.exceptions import CellExecutionError
+
+    pc = config["plugins"]["mkdocs-jupyter"].config
+    inline_render = page.render
+
+    def render(self: Any, config: Any, files: Files) -> None:
+        try:
+            body = future.result()
+        except CellExecutionError as error:  # allow_errors: false, and a cell raised
+            raise PluginError(f"notebook {self.file.src_uri} failed:\n{error}") from error
+        except Exception as error:  # the worker itself: render in-line, as without this hook
+            log.info("%s: worker failed (%r); rendering in-line", self.file.src_uri, error)
+            inline_render(config, files)
+            return
+        log.info("Rendered notebook (executed in a worker): %s", self.file.src_uri)
+        self.content = body
+        toc_tokens, title = _get_nb_toc_tokens(self.file.abs_src_path, pc["toc_depth"])
+        self.toc = get_toc(toc_tokens)
+        if title is not None and not pc["ignore_h1_titles"]:
+            self.title = title
+
+    page.render = types.MethodType(render, page)
+    return page
+
+
 def on_files(files: Files, config: Any) -> Files:
+    _start_notebooks(files, config)
     es5 = _mathjax_dir()
     for part in MATHJAX_PARTS:
         paths = [es5 / part] if (es5 / part).is_file() else sorted((es5 / part).rglob("*"))
