@@ -269,22 +269,26 @@ class Seq2Seq(nn.Module):
         enc_states, h_n = self.encode(src)  # (B, n, H), (B, H)
         keys = self.attention.project_keys(enc_states) if self.attention else None  # (B, n, H)
         s = h_n  # s_0 = h_n: (B, H)
-        y_prev = torch.full_like(src[:, 0], self.bos)  # y_0: (B,)
         context_vec = h_n  # the plain decoder's c_t, the same at every step: (B, H)
-        logits, alignments = [], []
+        if tgt_in is not None:  # teacher forcing: every input token is known, embed them at once
+            y_embeds = self.tgt_embed(tgt_in)  # (B, m, E)
+        else:
+            y_embed = self.tgt_embed(torch.full_like(src[:, 0], self.bos))  # y_0: (B, E)
+        outputs, alignments = [], []
         for t in range(out_len):
             if tgt_in is not None:
-                y_prev = tgt_in[:, t]  # (B,)
+                y_embed = y_embeds[:, t]  # (B, E)
             if self.attention is not None:
                 context_vec, attn_weights = self.attention(s, enc_states, keys)  # (B,H), (B,n)
                 alignments.append(attn_weights)
             # s_t = GRU([y_{t-1}; c_t], s_{t-1})
-            s = self.cell(torch.cat([self.tgt_embed(y_prev), context_vec], dim=-1), s)  # (B, H)
-            logits.append(self.out(torch.cat([s, context_vec], dim=-1)))  # (B, V)
-            if tgt_in is None:
-                y_prev = logits[-1].argmax(dim=-1)  # greedy: feed back the model's own guess
+            s = self.cell(torch.cat([y_embed, context_vec], dim=-1), s)  # (B, H)
+            outputs.append(torch.cat([s, context_vec], dim=-1))  # [s_t; c_t]: (B, 2H)
+            if tgt_in is None:  # greedy: feed back the model's own guess
+                y_embed = self.tgt_embed(self.out(outputs[-1]).argmax(dim=-1))  # (B, E)
+        logits = self.out(torch.stack(outputs, dim=1))  # W_o [s_t; c_t]: (B, m, V)
         weights = torch.stack(alignments, dim=1) if alignments else torch.empty(0)  # (B, m, n)
-        return torch.stack(logits, dim=1), weights  # (B, m, V), (B, m, n)
+        return logits, weights
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor | None]:
         """Teacher-forced decoding, as in training.
