@@ -99,8 +99,8 @@ def test_seq2seq_shapes_and_alignments_sum_to_one(attention: bool) -> None:
     torch.testing.assert_close(generated_alignments.sum(-1), torch.ones(4, 5))
 
 
-def test_plain_decoder_sees_only_the_final_state() -> None:
-    """Changing the input anywhere moves the plain decoder's output only through h_n."""
+def test_encode_returns_every_state_and_the_final_one() -> None:
+    """h_n, all that the plain decoder sees, is the last of the states attention can see."""
     model = Seq2Seq(VOCAB_SIZE, attention=False)
     src = torch.tensor([[1, 2, 3, 4]])
     enc_states, h_n = model.encode(src)
