@@ -102,7 +102,12 @@ def tests_gpu(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def docs_gpu(session: nox.Session) -> None:
-    """`docs` with every page's code on CUDA (`ATTENTION_DEVICE=cuda`); fails without a GPU."""
+    """`docs` on a GPU runner's CUDA torch build; fails without a GPU.
+
+    The chapters' small examples run on torch's default device (the CPU), and the footer says
+    so; what uses CUDA here is whatever reads `ATTENTION_DEVICE` (the Performance page's live
+    benchmark).
+    """
     require_cuda(session)
     docs(session)
 

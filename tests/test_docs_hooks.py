@@ -59,12 +59,18 @@ def test_build_stamp_names_versions_and_device(
 ) -> None:
     import attention
 
-    monkeypatch.setenv("ATTENTION_DEVICE", "cpu")
+    monkeypatch.setenv("ATTENTION_DEVICE", "cuda")  # a setting alone claims nothing
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
     stamp = hooks._build_stamp()
     assert f"<code>attention</code> {attention.__version__}" in stamp
     assert f"torch {torch.__version__}" in stamp
     assert "on <code>cpu</code>" in stamp and "1970-01-01" in stamp
+    # The stamp names the device the pages' tensors are created on: torch's default.
+    torch.set_default_device("meta")
+    try:
+        assert "on <code>meta</code>" in hooks._build_stamp()
+    finally:
+        torch.set_default_device(None)
 
 
 def test_exercise_table_lists_every_notebook_with_its_title(hooks: ModuleType) -> None:

@@ -3,7 +3,7 @@
 What they add to a plain mkdocs-material build:
 
 - a footer on every page stating what computed the outputs: `attention` and torch versions,
-  the device (`ATTENTION_DEVICE`, default `cpu`) and the build date;
+  the device the pages' tensors were on (torch's default device) and the build date;
 - the package's docstring examples, run as doctests in a second process while the site builds
   (the build fails if an example's output differs from what the API pages show);
 - `<!-- pycon: README.md#quickstart -->` in a page: the README's quickstart, executed like an
@@ -69,9 +69,12 @@ def _build_stamp() -> str:
 
     import attention
 
-    device = os.environ.get("ATTENTION_DEVICE", "cpu")
-    if device.startswith("cuda") and torch.cuda.is_available():
-        device = f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    # The pages' tensors live on torch's default device: report that, not a setting, so the
+    # stamp cannot claim a GPU that computed nothing.
+    default = torch.get_default_device()
+    device = str(default)
+    if default.type == "cuda":
+        device = f"{device} ({torch.cuda.get_device_name(default)})"
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     now = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
     return (
