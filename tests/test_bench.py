@@ -5,6 +5,7 @@ No timing is asserted: the numbers belong to the machine; what is tested is how 
 
 from __future__ import annotations
 
+import doctest
 import importlib.util
 import json
 import sys
@@ -62,6 +63,12 @@ def test_flops_wrapper_has_no_output_projection() -> None:
     assert counted == bench.attention_flops(B, T, D, D, causal=False, out_proj=False)
 
 
+def test_docstring_examples() -> None:
+    # benchmarks/ is outside the package, so `pytest --doctest-modules attention` skips it.
+    results = doctest.testmod(bench, optionflags=doctest.ELLIPSIS)
+    assert results.attempted > 0 and results.failed == 0
+
+
 def test_causal_flops_halve_the_attention_products() -> None:
     full = bench.attention_flops(B, T, D, D, causal=False)
     causal = bench.attention_flops(B, T, D, D, causal=True)
@@ -99,6 +106,18 @@ def test_every_implementation_computes_the_same_attention() -> None:
     for impl in bench.implementations(T):
         out = impl.build(shape)(torch.randn(B, T, D))
         assert out.shape == (B, T, D), impl.name
+
+
+@pytest.mark.parametrize("backend", ["math", "flash"])
+def test_forced_sdpa_backend_computes_the_same(backend: str) -> None:
+    # The CUDA runs force one SDPA backend at a time; the plumbing is the same on the CPU,
+    # which has a math and a flash kernel.
+    shape = bench.Shape(B, T, D, H)
+    reference = bench.implementations(T)[0].build(shape)
+    x, grad_out = torch.randn(B, T, D), torch.randn(B, T, D)
+    default = bench.make_step(reference, x, "forward", grad_out, None)()
+    forced = bench.make_step(reference, x, "forward", grad_out, backend)()
+    torch.testing.assert_close(forced, default, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow
