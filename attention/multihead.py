@@ -236,25 +236,21 @@ class MultiHeadAttention(nn.Module):
         values = self._split_heads(self.W_value(x))  # (b, h, T, d_h)
 
         dropout_p = self.dropout.p if self.training else 0.0
-        mask = self._attn_mask(num_tokens, key_padding_mask)  # None or (b | 1, 1, T, T)
         attn_weights = None
         if need_weights:
+            mask = self._attn_mask(num_tokens, key_padding_mask)  # None | (T, T) | (b, 1, T, T)
             context_vec, attn_weights = explicit_attention(
                 queries, keys, values, mask, dropout_p=dropout_p, training=self.training
             )
-        elif mask is None:
-            # No padding: the kernel builds the causal mask itself; nothing T x T is stored.
+        elif key_padding_mask is None:
+            # The kernel applies the causal mask itself, block by block: nothing T x T is built.
             context_vec = F.scaled_dot_product_attention(
                 queries, keys, values, dropout_p=dropout_p, is_causal=self.causal
             )
         else:
-            # SDPA's bool mask means the opposite of ours: True = may attend.
-            fully_masked = mask.all(dim=-1, keepdim=True)  # (b, 1, T, 1)
-            allowed = ~(mask & ~fully_masked)
-            context_vec = F.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=allowed, dropout_p=dropout_p
+            context_vec = self._fused_with_padding(
+                queries, keys, values, key_padding_mask, dropout_p
             )
-            context_vec = context_vec.masked_fill(fully_masked, 0.0)
 
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
@@ -270,15 +266,48 @@ class MultiHeadAttention(nn.Module):
         return t.transpose(1, 2)  # (b, h, T, d_h)
 
     def _attn_mask(self, num_tokens: int, key_padding_mask: Tensor | None) -> Tensor | None:
-        """The combined bool mask (True = masked); None when `is_causal` alone suffices."""
-        if key_padding_mask is None:
-            if self.causal:
-                return self.mask[:num_tokens, :num_tokens]  # (T, T), used by the explicit path
-            return None
-        padding = key_padding_mask[:, None, None, :]  # (b, 1, 1, T): same for every query
+        """The explicit path's bool mask (True = masked), or None when nothing is masked."""
+        padding = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        if not self.causal:
+            return padding  # None or (b, 1, 1, T): the same for every query
+        causal = self.mask[:num_tokens, :num_tokens]  # (T, T): the buffer's top-left corner
+        return causal if padding is None else causal | padding  # (T, T) or (b, 1, T, T)
+
+    def _fused_with_padding(
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        key_padding_mask: Tensor,
+        dropout_p: float,
+    ) -> Tensor:
+        """The fused kernel with a padding mask; a query with no key left gets a zero vector.
+
+        SDPA takes `is_causal` or a mask, not both. Without the causal mask the padding mask
+        stays `(b, 1, 1, T)` and the kernel broadcasts it. With it, one additive float bias
+        `(b, 1, T, T)` holds both ($0$ = attend, $-\\infty$ = masked): the one $T \\times T$
+        tensor that causal attention over padded batches cannot avoid.
+        """
+        b, _, num_tokens, _ = queries.shape
         if self.causal:
-            return self.mask[:num_tokens, :num_tokens] | padding  # (b, 1, T, T)
-        return padding.expand(-1, 1, num_tokens, -1)  # (b, 1, T, T)
+            # Query i has nothing to attend to when keys 0..i are all padding.
+            no_key = (~key_padding_mask).cumsum(dim=-1) == 0  # (b, T)
+            bias = torch.zeros(
+                b, 1, num_tokens, num_tokens, dtype=queries.dtype, device=queries.device
+            )
+            bias.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))  # future keys
+            bias.masked_fill_(key_padding_mask[:, None, None, :], float("-inf"))  # padded keys
+            bias.masked_fill_(no_key[:, None, :, None], 0.0)  # no -inf-only rows: they give NaN
+            attn_mask = bias  # (b, 1, T, T)
+        else:
+            all_padding = key_padding_mask.all(dim=-1, keepdim=True)  # (b, 1)
+            no_key = all_padding.expand(b, num_tokens)  # (b, T): every query, or none
+            attend = ~key_padding_mask | all_padding  # (b, T) keys; never an all-False row
+            attn_mask = attend[:, None, None, :]  # (b, 1, 1, T), True = may attend
+        context_vec = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=attn_mask, dropout_p=dropout_p
+        )  # (b, h, T, d_h)
+        return context_vec.masked_fill(no_key[:, None, :, None], 0.0)
 
     def _check_padding_mask(self, key_padding_mask: Tensor, b: int, num_tokens: int) -> None:
         if key_padding_mask.shape != (b, num_tokens):

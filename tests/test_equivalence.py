@@ -110,3 +110,36 @@ def test_equals_torch_multihead_attention(
     out, weights = mha(x, key_padding_mask, need_weights=True)
     assert_close(out, expected, atol=ATOL, rtol=0)
     assert_close(weights, ref_weights, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("causal", "padded", "expected"),
+    [
+        (True, False, "is_causal, no mask"),
+        (False, False, "no mask"),
+        (False, True, "bool (b, 1, 1, T)"),
+        (True, True, "float (b, 1, T, T)"),
+    ],
+)
+def test_what_reaches_the_fused_kernel(
+    monkeypatch: pytest.MonkeyPatch, causal: bool, padded: bool, expected: str
+) -> None:
+    """No T x T mask unless causal attention over a padded batch needs one (and then one)."""
+    calls: list[str] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args: torch.Tensor, attn_mask: torch.Tensor | None = None, **kwargs: object):  # type: ignore[no-untyped-def]
+        if attn_mask is None:
+            calls.append("is_causal, no mask" if kwargs.get("is_causal") else "no mask")
+        else:
+            kind = "bool" if attn_mask.dtype == torch.bool else "float"
+            dims = "(b, 1, 1, T)" if attn_mask.shape[-2] == 1 else "(b, 1, T, T)"
+            calls.append(f"{kind} {dims}")
+        return sdpa(*args, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    mha = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, causal=causal)
+    x = torch.randn(B, T, D_IN)
+    mask = right_padding([T, 7, 3], T, torch.device("cpu")) if padded else None
+    mha(x, mask)
+    assert calls == [expected]

@@ -122,9 +122,12 @@ def test_left_padding_never_gives_nan(need_weights: bool) -> None:
     # Queries 0 and 1 of sequence 0 have no key to attend to (keys 0-1 are padding, later keys
     # are future): their context vector is zero, so the output is out_proj's bias alone.
     assert_close(out[0, :2], mha.out_proj.bias.detach().expand(2, D_OUT))
-    # An all-padding sequence too.
-    out = mha(x, torch.ones(2, 5, dtype=torch.bool))
-    assert torch.isfinite(out).all()
+    # An all-padding sequence too, causal or not.
+    for causal in (True, False):
+        mha.causal = causal
+        out = mha(x, torch.tensor([[True] * 5, [False] * 4 + [True]]))
+        assert torch.isfinite(out).all()
+        assert_close(out[0], mha.out_proj.bias.detach().expand(5, D_OUT))
 
 
 def test_dropout_only_in_training() -> None:
