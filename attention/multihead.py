@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.causal import CausalAttention
-from attention.core import check_input, explicit_attention
+from attention.core import check_input, explicit_attention, padding_to_attn_mask
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
 
@@ -267,7 +267,7 @@ class MultiHeadAttention(nn.Module):
 
     def _attn_mask(self, num_tokens: int, key_padding_mask: Tensor | None) -> Tensor | None:
         """The explicit path's bool mask (True = masked), or None when nothing is masked."""
-        padding = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        padding = None if key_padding_mask is None else padding_to_attn_mask(key_padding_mask)
         if not self.causal:
             return padding  # None or (b, 1, 1, T): the same for every query
         causal = self.mask[:num_tokens, :num_tokens]  # (T, T): the buffer's top-left corner
@@ -296,14 +296,15 @@ class MultiHeadAttention(nn.Module):
                 b, 1, num_tokens, num_tokens, dtype=queries.dtype, device=queries.device
             )
             bias.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))  # future keys
-            bias.masked_fill_(key_padding_mask[:, None, None, :], float("-inf"))  # padded keys
+            bias.masked_fill_(padding_to_attn_mask(key_padding_mask), float("-inf"))  # padded keys
             bias.masked_fill_(no_key[:, None, :, None], 0.0)  # no -inf-only rows: they give NaN
             attn_mask = bias  # (b, 1, T, T)
         else:
             all_padding = key_padding_mask.all(dim=-1, keepdim=True)  # (b, 1)
             no_key = all_padding.expand(b, num_tokens)  # (b, T): every query, or none
-            attend = ~key_padding_mask | all_padding  # (b, T) keys; never an all-False row
-            attn_mask = attend[:, None, None, :]  # (b, 1, 1, T), True = may attend
+            # Unmask an all-padding sequence (its outputs are zeroed below), then flip to
+            # SDPA's convention, True = may attend: (b, 1, 1, T)
+            attn_mask = ~padding_to_attn_mask(key_padding_mask & ~all_padding)
         context_vec = F.scaled_dot_product_attention(
             queries, keys, values, attn_mask=attn_mask, dropout_p=dropout_p
         )  # (b, h, T, d_h)
