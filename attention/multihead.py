@@ -4,7 +4,9 @@ With $h$ heads, each head $i$ has its own projections and attends on its own:
 
 $$
 \operatorname{head}_i = \operatorname{Attention}(X W_q^{(i)}, X W_k^{(i)}, X W_v^{(i)}),
-\qquad
+$$
+
+$$
 \operatorname{MultiHead}(X) = [\operatorname{head}_1; \dots; \operatorname{head}_h]\, W_o .
 $$
 
@@ -87,12 +89,19 @@ class MultiHeadAttention(nn.Module):
 
     $$
     Q = X W_q,\; K = X W_k,\; V = X W_v \in \mathbb{R}^{T \times d_\text{out}}
-    \;\xrightarrow{\text{split}}\; Q^{(i)}, K^{(i)}, V^{(i)} \in \mathbb{R}^{T \times d_h},
-    \quad d_h = d_\text{out} / h,
     $$
+
+    $$
+    \xrightarrow{\text{split}}\; Q^{(i)}, K^{(i)}, V^{(i)} \in \mathbb{R}^{T \times d_h},
+    \qquad d_h = d_\text{out} / h,
+    $$
+
     $$
     Z^{(i)} = \operatorname{dropout}\!\left(\operatorname{softmax}\!\left(
-    \frac{Q^{(i)} K^{(i)\top}}{\sqrt{d_h}} + M\right)\right) V^{(i)}, \qquad
+    \frac{Q^{(i)} K^{(i)\top}}{\sqrt{d_h}} + M\right)\right) V^{(i)},
+    $$
+
+    $$
     \text{out} = [Z^{(1)}; \dots; Z^{(h)}]\, W_o + b_o,
     $$
 

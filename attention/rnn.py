@@ -217,7 +217,10 @@ class Seq2Seq(nn.Module):
 
     $$
     c_t = \begin{cases} h_n & \text{plain} \\ \sum_i \alpha_{t,i} h_i & \text{attention}
-    \end{cases}, \qquad
+    \end{cases},
+    $$
+
+    $$
     s_t = \operatorname{GRU}([\,E_\text{tgt}[y_{t-1}]; c_t\,], s_{t-1}), \qquad
     p(y_t) = \operatorname{softmax}(W_o [\,s_t; c_t\,]).
     $$

@@ -11,7 +11,8 @@ playwright (never `playwright install`: no browser download). For every HTML pag
 - no request to any host but 127.0.0.1 (such requests are blocked and reported), and no
   local request that fails or answers >= 400;
 - every formula rendered by MathJax: each `.arithmatex` holds an `mjx-container`, no
-  `mjx-merror`, and no raw TeX delimiters (`$$`, `\\(`, `\\[`) left in the visible text;
+  `mjx-merror`, no raw TeX delimiters (`$$`, `\\(`, `\\[`) left in the visible text, and no
+  display formula wider than the text column (it would be cut off at the column's edge);
 - every figure (`svg`/`img` in the content) visible with a non-zero size, and the text of every
   `attention.plot` figure contrasted against the page background in the light and the dark
   palette;
@@ -85,6 +86,10 @@ MATH_JS = """
       (el) => el.getClientRects().length && el.getBoundingClientRect().width === 0).length,
     containers: document.querySelectorAll(".md-content mjx-container").length,
     errors: document.querySelectorAll("mjx-merror").length,
+    // display formulas wider than their column (on chapter pages, not the API reference)
+    overflowing: [...document.querySelectorAll(".md-content div.arithmatex")]
+      .filter((el) => el.scrollWidth > el.clientWidth + 1)
+      .map((el) => el.textContent.slice(0, 40)),
   };
 }
 """
@@ -204,6 +209,8 @@ def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageR
             f"math: {math['unrendered']} of {math['arithmatex']} formulas not rendered, "
             f"{math['blank']} drawn blank, {math['errors']} TeX errors"
         )
+    if math["overflowing"]:
+        result.problems.append(f"display formulas wider than the column: {math['overflowing']}")
     raw = page.evaluate(RAW_TEX_JS)
     if raw:
         result.problems.append(f"raw TeX in the text: {raw[:3]}")
