@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attention.core import check_input, explicit_attention
+from attention.core import check_dropout, check_input, check_size, explicit_attention
 
 __all__ = ["CausalAttention"]
 
@@ -30,6 +30,10 @@ class CausalAttention(nn.Module):
         context_length: the longest sequence supported; sizes the mask buffer.
         dropout: probability of zeroing an attention weight during training.
         qkv_bias: whether the projections have a bias.
+
+    Raises:
+        TypeError: a size is not an int, or `dropout` not a number.
+        ValueError: a size below 1, or `dropout` outside $[0, 1)$.
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`; created first.
@@ -64,6 +68,9 @@ class CausalAttention(nn.Module):
         qkv_bias: bool = False,
     ) -> None:
         super().__init__()
+        for name, value in (("d_in", d_in), ("d_out", d_out), ("context_length", context_length)):
+            check_size(name, value)
+        check_dropout(dropout)
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
@@ -76,7 +83,7 @@ class CausalAttention(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`(batch, num_tokens, d_in)` -> context vectors `(batch, num_tokens, d_out)`."""
-        check_input(x, self.d_in, self.context_length, batched=True)
+        check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
         num_tokens = x.shape[1]
         keys = self.W_key(x)  # (b, num_tokens, d_out)
         queries = self.W_query(x)  # (b, num_tokens, d_out)

@@ -33,7 +33,9 @@ from torch import Tensor
 __all__ = [
     "attention_scores",
     "causal_mask",
+    "check_dropout",
     "check_input",
+    "check_size",
     "explicit_attention",
     "padding_to_attn_mask",
     "softmax_stable",
@@ -89,7 +91,11 @@ def softmax_stable(x: Tensor, dim: int = -1) -> Tensor:
     Examples:
         >>> softmax_stable(torch.tensor([1000.0, 1000.0]))
         tensor([0.5000, 0.5000])
+        >>> softmax_stable(torch.empty(2, 0))  # nothing to normalise: empty, as torch.softmax
+        tensor([], size=(2, 0))
     """
+    if x.shape[dim] == 0:  # no maximum to subtract; the result is as empty as the input
+        return torch.empty_like(x)
     m = x.amax(dim=dim, keepdim=True)
     e = torch.exp(x - m)
     return e / e.sum(dim=dim, keepdim=True)
@@ -97,6 +103,9 @@ def softmax_stable(x: Tensor, dim: int = -1) -> Tensor:
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> Tensor:
     r"""The causal mask: True above the diagonal, where key $j$ comes after query $i$ ($j > i$).
+
+    Built for one call: the production module keeps no mask, and builds this one only on the
+    explicit path (the fused kernel applies causality itself).
 
     Args:
         num_tokens: sequence length $T$.
@@ -173,16 +182,18 @@ def explicit_attention(
         tensor([1., 0., 0.])
     """
     d_k = keys.shape[-1]
-    # omega = Q K^T / sqrt(d_k)
-    attn_scores = attention_scores(queries, keys) / math.sqrt(d_k)  # (..., n_q, n_k)
+    # omega / sqrt(d_k) = (Q / sqrt(d_k)) K^T: scaling Q first keeps float16 scores finite
+    attn_scores = attention_scores(queries / math.sqrt(d_k), keys)  # (..., n_q, n_k)
     fully_masked = None
     if mask is not None:
         # A row with nothing to attend to would be softmax(-inf, ..., -inf) = NaN: let it
         # attend to everything here, and zero its weights afterwards.
         fully_masked = mask.all(dim=-1, keepdim=True)  # (..., n_q, 1)
         attn_scores = attn_scores.masked_fill(mask & ~fully_masked, float("-inf"))
-    # alpha = softmax(omega + M), each row sums to 1
-    attn_weights = torch.softmax(attn_scores, dim=-1)  # (..., n_q, n_k)
+    # alpha = softmax(omega / sqrt(d_k) + M), each row sums to 1; the sums of exponentials are
+    # accumulated in float32 even for float16/bfloat16 scores, as the fused kernels do
+    attn_weights = torch.softmax(attn_scores, dim=-1, dtype=_softmax_dtype(attn_scores.dtype))
+    attn_weights = attn_weights.to(attn_scores.dtype)  # (..., n_q, n_k)
     if fully_masked is not None:
         attn_weights = attn_weights.masked_fill(fully_masked, 0.0)
     attn_weights = torch.nn.functional.dropout(attn_weights, p=dropout_p, training=training)
@@ -191,8 +202,19 @@ def explicit_attention(
     return context_vec, attn_weights
 
 
-def check_input(x: Tensor, d_in: int, context_length: int | None = None, *, batched: bool) -> None:
-    """Raise a `ValueError` naming the expected and the actual shape of an attention input.
+def _softmax_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def check_input(
+    x: Tensor,
+    d_in: int,
+    context_length: int | None = None,
+    *,
+    batched: bool,
+    like: Tensor | None = None,
+) -> None:
+    """Raise an error naming the expected and the actual value of an attention input.
 
     Args:
         x: the input tensor.
@@ -200,16 +222,42 @@ def check_input(x: Tensor, d_in: int, context_length: int | None = None, *, batc
         context_length: the longest sequence the module supports, if it has a limit.
         batched: whether `x` must be `(batch, num_tokens, d_in)`; otherwise
             `(num_tokens, d_in)` is also accepted.
+        like: a parameter of the module: `x` must have its dtype (unless autocast is on for
+            its device) and its device.
 
     Raises:
-        ValueError: wrong rank, wrong last dimension, or too many tokens.
+        TypeError: `x` is not a tensor, not floating point, or not of `like`'s dtype.
+        ValueError: wrong rank, wrong last dimension, too many tokens, or not on `like`'s
+            device.
 
     Examples:
         >>> check_input(torch.zeros(2, 7, 3), d_in=3, context_length=6, batched=True)
         Traceback (most recent call last):
         ...
         ValueError: sequence of 7 tokens is longer than context_length=6
+        >>> check_input(torch.zeros(2, 6, 3, dtype=torch.long), d_in=3, batched=True)
+        Traceback (most recent call last):
+        ...
+        TypeError: expected a floating-point input (embeddings, not ids), got dtype torch.int64
     """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"expected the input x to be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"expected a floating-point input (embeddings, not ids), got dtype {x.dtype}"
+        )
+    if like is not None:
+        if x.device != like.device:
+            raise ValueError(
+                f"expected the input on {like.device} (where the module's parameters are), "
+                f"got it on {x.device}: move one with .to()"
+            )
+        if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(
+                f"expected input of dtype {like.dtype} (the module's parameters), got "
+                f"{x.dtype}: convert the input with x.to({like.dtype}) or the module with "
+                f".to({x.dtype})"
+            )
     expected = "(batch, num_tokens, d_in)" if batched else "(num_tokens, d_in)"
     ranks = (3,) if batched else (2, 3)
     if x.ndim not in ranks:
@@ -227,3 +275,64 @@ def check_input(x: Tensor, d_in: int, context_length: int | None = None, *, batc
         raise ValueError(
             f"sequence of {num_tokens} tokens is longer than context_length={context_length}"
         )
+
+
+def check_size(name: str, value: object, *, minimum: int = 1) -> int:
+    """Check that a size argument (a width, a count, a length) is an int of at least `minimum`.
+
+    Args:
+        name: the argument's name, for the message.
+        value: what was passed.
+        minimum: the smallest allowed value.
+
+    Returns:
+        `value`, as an `int`.
+
+    Raises:
+        TypeError: `value` is not an int (a float, a bool or a tensor, say).
+        ValueError: `value` is below `minimum`.
+
+    Examples:
+        >>> check_size("num_heads", 2.0)
+        Traceback (most recent call last):
+        ...
+        TypeError: num_heads must be an int, got 2.0 (float)
+        >>> check_size("context_length", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: context_length must be >= 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_dropout(value: object, name: str = "dropout") -> float:
+    """Check that a dropout probability is a real number in $[0, 1)$.
+
+    $p = 1$ would drop every weight and scale the rest by $1/(1-p)$, a division by zero.
+
+    Args:
+        value: what was passed.
+        name: the argument's name, for the message.
+
+    Returns:
+        `value`, as a `float`.
+
+    Raises:
+        TypeError: `value` is not a real number (None, a string, a bool).
+        ValueError: `value` is outside $[0, 1)$, or NaN.
+
+    Examples:
+        >>> check_dropout(1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: dropout must be a probability in [0, 1), got 1.5
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a float in [0, 1), got {value!r} ({type(value).__name__})")
+    if not 0.0 <= value < 1.0:  # False for NaN too
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value}")
+    return float(value)

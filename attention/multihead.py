@@ -26,7 +26,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.causal import CausalAttention
-from attention.core import check_input, explicit_attention, padding_to_attn_mask
+from attention.core import (
+    causal_mask,
+    check_dropout,
+    check_input,
+    check_size,
+    explicit_attention,
+    padding_to_attn_mask,
+)
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
 
@@ -47,6 +54,10 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     Attributes:
         heads: `nn.ModuleList` of `num_heads` `CausalAttention(d_in, d_out, ...)`, created in order.
+
+    Raises:
+        TypeError: a size is not an int, or `dropout` not a number.
+        ValueError: a size below 1, or `dropout` outside $[0, 1)$.
 
     Examples:
         >>> from attention.simple import example_inputs
@@ -72,6 +83,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         qkv_bias: bool = False,
     ) -> None:
         super().__init__()
+        check_size("num_heads", num_heads)  # the heads check their other arguments
         self.heads = nn.ModuleList(
             [
                 CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
@@ -116,6 +128,15 @@ class MultiHeadAttention(nn.Module):
 
     Parameters are created in the book's order (`W_query`, `W_key`, `W_value`, `out_proj`), so
     under the same `torch.manual_seed` this module equals the book's `MultiHeadAttention`.
+    Unlike the book's class it keeps no `(context_length, context_length)` mask buffer (16 GiB
+    at 131,072 tokens): the kernel applies causality itself, and the explicit path builds the
+    mask of the call's length. A book checkpoint's `mask` entry (bool or float) is checked to be
+    the causal mask and dropped, so `load_state_dict(book_state_dict)` works with `strict=True`.
+
+    Compiling and exporting: `torch.compile` works (with a `key_padding_mask`, the check for
+    right padding reads the mask, one graph break); `torch.export` works with a dynamic token
+    count, with or without a padding mask (an exported program takes the bool-mask path for
+    every padding). `torch.jit.script` is not supported: TorchScript is deprecated upstream.
 
     Args:
         d_in: width of each input embedding.
@@ -131,12 +152,13 @@ class MultiHeadAttention(nn.Module):
         W_key: `nn.Linear(d_in, d_out)`.
         W_value: `nn.Linear(d_in, d_out)`.
         out_proj: `nn.Linear(d_out, d_out)`, $W_o$ and $b_o$.
-        dropout: `nn.Dropout(dropout)`.
-        mask: bool buffer `(context_length, context_length)`, True above the diagonal.
+        dropout: `nn.Dropout(dropout)`; its `p` is passed to the kernel.
         head_dim: $d_h$ = `d_out // num_heads`.
 
     Raises:
-        ValueError: if `d_out` is not divisible by `num_heads`.
+        TypeError: a size is not an int, or `dropout` not a number.
+        ValueError: a size below 1, `dropout` outside $[0, 1)$, or `d_out` not divisible by
+            `num_heads`.
 
     Examples:
         >>> from attention.simple import example_inputs
@@ -160,8 +182,6 @@ class MultiHeadAttention(nn.Module):
         True
     """
 
-    mask: Tensor
-
     def __init__(
         self,
         d_in: int,
@@ -174,7 +194,11 @@ class MultiHeadAttention(nn.Module):
         causal: bool = True,
     ) -> None:
         super().__init__()
-        if num_heads < 1 or d_out % num_heads != 0:
+        for name, value in (("d_in", d_in), ("d_out", d_out), ("num_heads", num_heads)):
+            check_size(name, value)
+        check_size("context_length", context_length)
+        check_dropout(dropout)
+        if d_out % num_heads != 0:
             raise ValueError(
                 f"d_out must be divisible by num_heads: got d_out={d_out}, num_heads={num_heads}"
             )
@@ -183,14 +207,13 @@ class MultiHeadAttention(nn.Module):
         self.context_length = context_length
         self.num_heads = num_heads
         self.head_dim = d_out // num_heads
-        self.causal = causal
+        self.causal = bool(causal)
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
-        ones = torch.ones(context_length, context_length, dtype=torch.bool)
-        self.register_buffer("mask", torch.triu(ones, diagonal=1))
+        self.register_load_state_dict_pre_hook(_drop_book_mask)  # type: ignore[no-untyped-call]
 
     @overload
     def forward(
@@ -219,10 +242,12 @@ class MultiHeadAttention(nn.Module):
         """Attend over `x`.
 
         Args:
-            x: shape `(batch, num_tokens, d_in)`, `num_tokens <= context_length`.
-            key_padding_mask: optional bool `(batch, num_tokens)`, True marks padding: no
-                query attends to a padded key. A query with no key left to attend to gets a
-                zero context vector (before `out_proj`), never NaN.
+            x: shape `(batch, num_tokens, d_in)`, `num_tokens <= context_length`, of the
+                parameters' dtype and device.
+            key_padding_mask: optional bool `(batch, num_tokens)`, True marks padding. A padded
+                position takes no part: no query attends to it, it attends to nothing (zero
+                weights, a zero context vector, so its output is `out_proj`'s bias), and its
+                input is never read (NaN or inf there changes nothing, gradients included).
             need_weights: also return the attention weights (runs the explicit path).
 
         Returns:
@@ -230,40 +255,49 @@ class MultiHeadAttention(nn.Module):
             `(context_vec, attn_weights)` with weights `(batch, num_heads, num_tokens, num_tokens)`.
 
         Raises:
-            ValueError: wrong rank or width of `x`, too many tokens, or a mask of the wrong
-                shape or dtype.
+            TypeError: `x` is not floating point or not of the parameters' dtype.
+            ValueError: wrong rank or width of `x`, too many tokens, another device, or a
+                mask of the wrong shape or dtype.
         """
-        check_input(x, self.d_in, self.context_length, batched=True)
+        check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
         b, num_tokens, _ = x.shape
+        shift = None
         if key_padding_mask is not None:
-            self._check_padding_mask(key_padding_mask, b, num_tokens)
+            self._check_padding_mask(key_padding_mask, b, num_tokens, x.device)
+            # Padded positions must not matter at all: not even a NaN there may reach the
+            # real outputs (0 * NaN = NaN inside a matmul), so their inputs are zeroed first.
+            x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
+            if self.causal and not need_weights and not torch.compiler.is_exporting():
+                # The kernel needs no mask for real tokens followed by padding (see _fused).
+                # Rows whose real tokens are one run elsewhere (left padding) are rotated
+                # into that layout here, and their outputs rotated back at the end.
+                shift = _shift_to_right_padding(key_padding_mask)  # (b,) or None
+                if shift is not None:
+                    x = _rotate(x, shift)  # (b, T, d_in)
+                    key_padding_mask = _rotate(key_padding_mask, shift)  # (b, T)
 
         # Q = X W_q, K = X W_k, V = X W_v, then split d_out into num_heads x head_dim
         # and move heads before tokens: (b, T, d_out) -> (b, T, h, d_h) -> (b, h, T, d_h)
         queries = self._split_heads(self.W_query(x))  # (b, h, T, d_h)
         keys = self._split_heads(self.W_key(x))  # (b, h, T, d_h)
         values = self._split_heads(self.W_value(x))  # (b, h, T, d_h)
+        del x  # a zeroed or rotated copy is freed here, before the kernel (when not training)
 
         dropout_p = self.dropout.p if self.training else 0.0
         attn_weights = None
         if need_weights:
-            mask = self._attn_mask(num_tokens, key_padding_mask)  # None | (T, T) | (b, 1, T, T)
+            mask = self._attn_mask(num_tokens, key_padding_mask, values.device)  # (T, T)|(b,1,T,T)
             context_vec, attn_weights = explicit_attention(
                 queries, keys, values, mask, dropout_p=dropout_p, training=self.training
             )
-        elif key_padding_mask is None:
-            # The kernel applies the causal mask itself, block by block: nothing T x T is built.
-            context_vec = F.scaled_dot_product_attention(
-                queries, keys, values, dropout_p=dropout_p, is_causal=self.causal
-            )
         else:
-            context_vec = self._fused_with_padding(
-                queries, keys, values, key_padding_mask, dropout_p
-            )
+            context_vec = self._fused(queries, keys, values, key_padding_mask, dropout_p)
 
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
+        if shift is not None:
+            out = _rotate(out, -shift)  # every token back in its place
         if need_weights:
             assert attn_weights is not None
             return out, attn_weights
@@ -274,52 +308,77 @@ class MultiHeadAttention(nn.Module):
         t = t.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, T, h, d_h)
         return t.transpose(1, 2)  # (b, h, T, d_h)
 
-    def _attn_mask(self, num_tokens: int, key_padding_mask: Tensor | None) -> Tensor | None:
-        """The explicit path's bool mask (True = masked), or None when nothing is masked."""
-        padding = None if key_padding_mask is None else padding_to_attn_mask(key_padding_mask)
-        if not self.causal:
-            return padding  # None or (b, 1, 1, T): the same for every query
-        causal = self.mask[:num_tokens, :num_tokens]  # (T, T): the buffer's top-left corner
-        return causal if padding is None else causal | padding  # (T, T) or (b, 1, T, T)
+    def _attn_mask(
+        self, num_tokens: int, key_padding_mask: Tensor | None, device: torch.device
+    ) -> Tensor | None:
+        """The explicit path's bool mask (True = masked), or None when nothing is masked.
 
-    def _fused_with_padding(
+        Future keys (if causal), padded keys, and every key of a padded query: its row is
+        fully masked, so `explicit_attention` gives it zero weights.
+        """
+        mask = causal_mask(num_tokens, device=device) if self.causal else None  # (T, T)
+        if key_padding_mask is None:
+            return mask
+        padding = padding_to_attn_mask(key_padding_mask) | key_padding_mask[:, None, :, None]
+        return padding if mask is None else mask | padding  # (b, 1, T, T)
+
+    def _fused(
         self,
         queries: Tensor,
         keys: Tensor,
         values: Tensor,
-        key_padding_mask: Tensor,
+        key_padding_mask: Tensor | None,
         dropout_p: float,
     ) -> Tensor:
-        """The fused kernel with a padding mask; a query with no key left gets a zero vector.
+        """The fused kernel, with the least mask each case needs; padded queries get zeros.
 
-        SDPA takes `is_causal` or a mask, not both. Without the causal mask the padding mask
-        stays `(b, 1, 1, T)` and the kernel broadcasts it. With it, one additive float bias
-        `(b, 1, T, T)` holds both ($0$ = attend, $-\\infty$ = masked): the one $T \\times T$
-        tensor that causal attention over padded batches cannot avoid.
+        SDPA takes `is_causal` or a mask, not both, and builds nothing $T \\times T$ for
+        `is_causal`. So:
+
+        - no padding: `is_causal` (or nothing);
+        - causal, right padding (every row: real tokens, then padding): `is_causal` alone,
+          since each padded key comes after every real query and the causal mask hides it
+          (`forward` rotates left-padded rows into this layout first);
+        - not causal: the `(b, 1, 1, T)` key mask, broadcast by the kernel;
+        - causal, padding with holes (real tokens that are not one run): one bool
+          `(b, 1, T, T)` mask.
         """
-        b, _, num_tokens, _ = queries.shape
-        if self.causal:
-            # Query i has nothing to attend to when keys 0..i are all padding.
-            no_key = (~key_padding_mask).cumsum(dim=-1) == 0  # (b, T)
-            bias = torch.zeros(
-                b, 1, num_tokens, num_tokens, dtype=queries.dtype, device=queries.device
+        if key_padding_mask is None:
+            # The kernel applies the causal mask itself, block by block: nothing T x T is built.
+            return F.scaled_dot_product_attention(
+                queries, keys, values, dropout_p=dropout_p, is_causal=self.causal
             )
-            bias.masked_fill_(self.mask[:num_tokens, :num_tokens], float("-inf"))  # future keys
-            bias.masked_fill_(padding_to_attn_mask(key_padding_mask), float("-inf"))  # padded keys
-            bias.masked_fill_(no_key[:, None, :, None], 0.0)  # no -inf-only rows: they give NaN
-            attn_mask = bias  # (b, 1, T, T)
+        padded_query = key_padding_mask[:, None, :, None]  # (b, 1, T, 1)
+        if self.causal and not torch.compiler.is_exporting() and _right_padded(key_padding_mask):
+            context_vec = F.scaled_dot_product_attention(
+                queries, keys, values, dropout_p=dropout_p, is_causal=True
+            )
         else:
-            all_padding = key_padding_mask.all(dim=-1, keepdim=True)  # (b, 1)
-            no_key = all_padding.expand(b, num_tokens)  # (b, T): every query, or none
-            # Unmask an all-padding sequence (its outputs are zeroed below), then flip to
-            # SDPA's convention, True = may attend: (b, 1, 1, T)
-            attn_mask = ~padding_to_attn_mask(key_padding_mask & ~all_padding)
-        context_vec = F.scaled_dot_product_attention(
-            queries, keys, values, attn_mask=attn_mask, dropout_p=dropout_p
-        )  # (b, h, T, d_h)
-        return context_vec.masked_fill(no_key[:, None, :, None], 0.0)
+            if self.causal:
+                num_tokens = queries.shape[-2]
+                masked = causal_mask(num_tokens, device=queries.device)  # (T, T)
+                masked = masked | padding_to_attn_mask(key_padding_mask)  # (b, 1, T, T)
+                # A padded query may have no key left (under left padding), and
+                # softmax(-inf, ..., -inf) is NaN: let it attend anywhere; it is zeroed below.
+                masked &= ~padded_query
+            else:
+                # Only an all-padding row has no key left: let its queries attend to all.
+                all_padding = key_padding_mask.all(dim=-1, keepdim=True)  # (b, 1)
+                masked = padding_to_attn_mask(key_padding_mask & ~all_padding)  # (b, 1, 1, T)
+            # SDPA's bool masks say True = may attend: the opposite of ours.
+            context_vec = F.scaled_dot_product_attention(
+                queries, keys, values, attn_mask=masked.logical_not_(), dropout_p=dropout_p
+            )  # (b, h, T, d_h)
+        return context_vec.masked_fill(padded_query, 0.0)
 
-    def _check_padding_mask(self, key_padding_mask: Tensor, b: int, num_tokens: int) -> None:
+    def _check_padding_mask(
+        self, key_padding_mask: Tensor, b: int, num_tokens: int, device: torch.device
+    ) -> None:
+        if not isinstance(key_padding_mask, Tensor):
+            raise TypeError(
+                "key_padding_mask must be a bool tensor of shape (batch, num_tokens), "
+                f"got {type(key_padding_mask).__name__}"
+            )
         if key_padding_mask.shape != (b, num_tokens):
             raise ValueError(
                 f"key_padding_mask must have shape (batch, num_tokens) = ({b}, {num_tokens}), "
@@ -330,6 +389,11 @@ class MultiHeadAttention(nn.Module):
                 "key_padding_mask must be a bool tensor (True marks padding), "
                 f"got dtype {key_padding_mask.dtype}"
             )
+        if key_padding_mask.device != device:
+            raise ValueError(
+                f"key_padding_mask must be on the input's device {device}, "
+                f"got {key_padding_mask.device}"
+            )
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
@@ -338,22 +402,31 @@ class MultiHeadAttention(nn.Module):
         Head $i$'s `W_query` becomes rows $i d_h \\dots (i+1) d_h$ of the fused `W_query` (and
         likewise for keys and values), which is the slice that the head split's `view` hands
         to head $i$; `out_proj` is the identity with zero bias, since the wrapper has none.
+        The new module is in the wrapper's mode (`training` or `eval`).
 
         Args:
             wrapper: a `MultiHeadAttentionWrapper` of `num_heads` heads, each `d_out` wide.
 
         Returns:
-            A `MultiHeadAttention` with `d_out * num_heads` outputs, same device and dtype.
+            A `MultiHeadAttention` with `d_out * num_heads` outputs, same device, dtype and
+            mode.
+
+        Raises:
+            TypeError: `wrapper` is not a `MultiHeadAttentionWrapper`.
 
         Examples:
             >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
             <torch._C.Generator object at ...>
             >>> wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0, num_heads=2)
-            >>> fused = MultiHeadAttention.from_wrapper(wrapper)
+            >>> fused = MultiHeadAttention.from_wrapper(wrapper.eval())
+            >>> fused.training
+            False
             >>> x = torch.randn(2, 6, 3)
             >>> torch.allclose(wrapper(x), fused(x), atol=1e-6)
             True
         """
+        if not isinstance(wrapper, MultiHeadAttentionWrapper):
+            raise TypeError(f"expected a MultiHeadAttentionWrapper, got {type(wrapper).__name__}")
         heads: list[CausalAttention] = list(wrapper.heads)  # type: ignore[arg-type]
         first = heads[0]
         qkv_bias = first.W_query.bias is not None
@@ -374,4 +447,61 @@ class MultiHeadAttention(nn.Module):
                     target.bias.copy_(torch.cat([getattr(h, name).bias for h in heads], dim=0))
             fused.out_proj.weight.copy_(torch.eye(fused.d_out))
             fused.out_proj.bias.zero_()
-        return fused
+        return fused.train(wrapper.training)
+
+
+def _shift_to_right_padding(key_padding_mask: Tensor) -> Tensor | None:
+    """How far to rotate each row so that its real tokens come first, or None.
+
+    None when every row already starts with its real tokens (no rotation needed), or when some
+    row's real tokens are not one contiguous run (then no rotation makes it right-padded).
+    Otherwise the first real position of each row (0 for an all-padding row): O(b T).
+    """
+    real = ~key_padding_mask  # (b, T)
+    first = real.int().argmax(dim=1)  # (b,): the first real token (0 if there is none)
+    if not bool(first.any()):
+        return None
+    positions = torch.arange(real.shape[1], device=real.device)  # (T,)
+    last = first + real.sum(dim=1)  # (b,): one past the last real token
+    run = (positions >= first[:, None]) & (positions < last[:, None])  # (b, T)
+    return first if bool((run == real).all()) else None
+
+
+def _rotate(t: Tensor, shift: Tensor) -> Tensor:
+    """Row `i` of `t` (`(b, T, ...)`) rotated left by `shift[i]` tokens: `t[i, (j + s) % T]`."""
+    num_tokens = t.shape[1]
+    positions = torch.arange(num_tokens, device=t.device)  # (T,)
+    index = (positions + shift[:, None]) % num_tokens  # (b, T)
+    index = index.view(*index.shape, *([1] * (t.ndim - 2))).expand_as(t)
+    return t.gather(1, index)
+
+
+def _right_padded(key_padding_mask: Tensor) -> bool:
+    """Whether every row is real tokens, then padding (`[F, ..., F, T, ..., T]`): O(b T)."""
+    return bool((key_padding_mask[:, :-1] <= key_padding_mask[:, 1:]).all())
+
+
+def _drop_book_mask(
+    module: nn.Module,
+    state_dict: dict[str, Tensor],
+    prefix: str,
+    *args: object,
+) -> None:
+    """Load hook: accept a book checkpoint's `mask` buffer, after checking it is causal.
+
+    The book's class stores `triu(ones(context_length, context_length), 1)` (float in the
+    book's chapter, bool in later versions); this module computes the mask instead, so the
+    entry is checked and dropped. Any other mask would change what the module computes, and
+    is refused rather than silently ignored.
+    """
+    mask = state_dict.pop(prefix + "mask", None)
+    if mask is None:
+        return
+    n = mask.shape[0] if mask.ndim == 2 else -1
+    if mask.shape != (n, n) or not torch.equal(mask.bool(), causal_mask(n, device=mask.device)):
+        raise ValueError(
+            f"the state_dict's {prefix + 'mask'!r} of shape {tuple(mask.shape)} is not the "
+            "causal mask triu(ones(n, n), diagonal=1) that a book checkpoint holds: "
+            "MultiHeadAttention computes its mask (causal or none, by `causal`) and "
+            "cannot load another"
+        )

@@ -277,9 +277,9 @@ def bars(
         ValueError: `labels` and `values` differ in length.
 
     Examples:
-        >>> fig = bars(["Your", "journey"], [0.14, 0.24], ylabel="weight")
-        >>> len(fig.axes[0].patches)
-        2
+        >>> fig = bars(["the", "cat", "the"], [0.5, 0.2, 0.3], ylabel="weight")
+        >>> len(fig.axes[0].patches), [t.get_text() for t in fig.axes[0].get_xticklabels()]
+        (3, ['the', 'cat', 'the'])
     """
     from matplotlib.figure import Figure
 
@@ -289,7 +289,11 @@ def bars(
     with _rc_context():
         fig = Figure(figsize=(max(4.5, 1.5 + 0.8 * len(labels)), 3.8), layout="constrained")
         ax = fig.add_subplot()
-        container = ax.bar([str(label) for label in labels], values, color="#5b8def")
+        # One bar per position, labelled afterwards: categorical x values would draw a
+        # repeated token ("the cat the") twice at one place.
+        positions = range(len(values))
+        container = ax.bar(positions, values, color="#5b8def")
+        ax.set_xticks(positions, [str(label) for label in labels])
         ax.bar_label(container, fmt="%.2f", fontsize=9)
         ax.set_ylabel(ylabel)
         ax.tick_params(axis="x", rotation=45 if len(labels) > 6 else 0)

@@ -57,6 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention.core import check_size
+
 __all__ = [
     "TOKEN_LETTERS",
     "AdditiveAttention",
@@ -107,18 +109,17 @@ def copy_batch(
         (separate tensors).
 
     Raises:
-        ValueError: `seq_len < 1` or `vocab_size < 2`.
+        TypeError: a size is not an int.
+        ValueError: `batch_size < 1`, `seq_len < 1` or `vocab_size < 2`.
 
     Examples:
         >>> src, tgt = copy_batch(1, 4, 20, torch.Generator().manual_seed(1))
         >>> token_letters(src[0])
         ['f', 't', 'e', 'i']
     """
-    if seq_len < 1 or vocab_size < 2:
-        raise ValueError(
-            f"expected seq_len >= 1 and vocab_size >= 2, got seq_len={seq_len}, "
-            f"vocab_size={vocab_size}"
-        )
+    check_size("batch_size", batch_size)
+    check_size("seq_len", seq_len)
+    check_size("vocab_size", vocab_size, minimum=2)
     src = torch.randint(0, vocab_size, (batch_size, seq_len), generator=generator)  # (B, n)
     return src, src.clone()  # (B, n), (B, n)
 
@@ -174,6 +175,7 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
+        self.hidden_size = check_size("hidden_size", hidden_size)
         self.W = nn.Linear(hidden_size, hidden_size, bias=False)
         self.U = nn.Linear(hidden_size, hidden_size, bias=False)
         self.v = nn.Linear(hidden_size, 1, bias=False)
@@ -196,7 +198,27 @@ class AdditiveAttention(nn.Module):
         Returns:
             `(context_vec, attn_weights)`: $c_t$ of shape `(batch, H)` and $\\alpha_t$ of shape
             `(batch, in_len)`, each row summing to 1.
+
+        Raises:
+            ValueError: `s_prev` is not `(batch, H)`, `enc_states` not `(batch, in_len, H)`
+                with the same batch and at least one state, or `keys` not of their shape.
         """
+        H = self.hidden_size
+        if enc_states.ndim != 3 or enc_states.shape[-1] != H or enc_states.shape[1] == 0:
+            raise ValueError(
+                f"expected enc_states of shape (batch, in_len, H={H}) with in_len >= 1, "
+                f"got {tuple(enc_states.shape)}"
+            )
+        if s_prev.shape != (enc_states.shape[0], H):
+            raise ValueError(
+                f"expected s_prev of shape (batch, H) = ({enc_states.shape[0]}, {H}), "
+                f"got {tuple(s_prev.shape)}"
+            )
+        if keys is not None and keys.shape != enc_states.shape:
+            raise ValueError(
+                f"expected keys of the shape of enc_states {tuple(enc_states.shape)}, "
+                f"got {tuple(keys.shape)}"
+            )
         if keys is None:
             keys = self.project_keys(enc_states)  # (B, n, H)
         # e_{t,i} = v^T tanh(W s_{t-1} + U h_i)
@@ -246,6 +268,9 @@ class Seq2Seq(nn.Module):
         self, vocab_size: int, embed_dim: int = 16, hidden_size: int = 32, attention: bool = True
     ) -> None:
         super().__init__()
+        check_size("vocab_size", vocab_size, minimum=2)
+        check_size("embed_dim", embed_dim)
+        check_size("hidden_size", hidden_size)
         self.vocab_size = vocab_size
         self.bos = vocab_size
         self.src_embed = nn.Embedding(vocab_size, embed_dim)
@@ -254,6 +279,19 @@ class Seq2Seq(nn.Module):
         self.cell = nn.GRUCell(embed_dim + hidden_size, hidden_size)
         self.attention = AdditiveAttention(hidden_size) if attention else None
         self.out = nn.Linear(2 * hidden_size, vocab_size)
+
+    def _check_ids(self, name: str, ids: Tensor, bos: bool = False) -> None:
+        """Ids must be a non-empty `(batch, length)` integer batch of known tokens."""
+        top = self.vocab_size if bos else self.vocab_size - 1  # the decoder also reads bos
+        if ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ValueError(f"expected integer token ids in {name}, got dtype {ids.dtype}")
+        if ids.ndim != 2 or 0 in ids.shape:
+            raise ValueError(
+                f"expected {name} of shape (batch, length), both >= 1, got {tuple(ids.shape)}"
+            )
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high > top:
+            raise ValueError(f"expected ids in {name} within 0 .. {top}, got {low} .. {high}")
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Run the encoder: all states $h_1 \\dots h_n$ and the final one $h_n$.
@@ -305,13 +343,16 @@ class Seq2Seq(nn.Module):
             `(batch, out_len, in_len)` (row $t$ is $\\alpha_t$ and sums to 1); None without.
 
         Raises:
-            ValueError: `src` or `tgt_in` is not a 2-D batch of ids, or their batches differ.
+            ValueError: `src` or `tgt_in` is not a non-empty 2-D batch of ids in range, or
+                their batches differ.
         """
         if src.ndim != 2 or tgt_in.ndim != 2 or src.shape[0] != tgt_in.shape[0]:
             raise ValueError(
                 "expected src (batch, in_len) and tgt_in (batch, out_len) with the same batch, "
                 f"got {tuple(src.shape)} and {tuple(tgt_in.shape)}"
             )
+        self._check_ids("src", src)
+        self._check_ids("tgt_in", tgt_in, bos=True)
         logits, weights = self._decode(src, tgt_in, tgt_in.shape[1])
         return logits, (weights if self.attention is not None else None)
 
@@ -328,11 +369,12 @@ class Seq2Seq(nn.Module):
             with attention, None without.
 
         Raises:
-            ValueError: `src` is not a 2-D batch of ids.
+            ValueError: `src` is not a non-empty 2-D batch of ids in `0 .. vocab_size - 1`, or
+                `out_len < 1`.
         """
-        if src.ndim != 2:
-            raise ValueError(f"expected src of shape (batch, in_len), got {tuple(src.shape)}")
-        logits, weights = self._decode(src, None, src.shape[1] if out_len is None else out_len)
+        self._check_ids("src", src)
+        out_len = src.shape[1] if out_len is None else check_size("out_len", out_len)
+        logits, weights = self._decode(src, None, out_len)
         return logits.argmax(dim=-1), (weights if self.attention is not None else None)
 
 
@@ -367,10 +409,15 @@ def train(
         The training loss (nats per token) at each of the `steps` steps.
 
     Raises:
-        ValueError: `min_len < 1` or `max_len < min_len`.
+        TypeError: a count or length is not an int.
+        ValueError: `steps < 1`, `batch_size < 1`, `min_len < 1` or `max_len < min_len`.
     """
-    if not 1 <= min_len <= max_len:
-        raise ValueError(f"expected 1 <= min_len <= max_len, got {min_len=} and {max_len=}")
+    check_size("steps", steps)
+    check_size("batch_size", batch_size)
+    check_size("min_len", min_len)
+    check_size("max_len", max_len)
+    if max_len < min_len:
+        raise ValueError(f"expected min_len <= max_len, got {min_len=} and {max_len=}")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
@@ -404,7 +451,14 @@ def evaluate_by_length(
 
     Returns:
         For each length, the fraction of output tokens equal to the input token at their position.
+
+    Raises:
+        TypeError: a length or `num_seqs` is not an int.
+        ValueError: a length or `num_seqs` below 1.
     """
+    check_size("num_seqs", num_seqs)
+    for seq_len in lengths:
+        check_size("each of lengths", seq_len)
     generator = torch.Generator().manual_seed(seed)
     accuracy = []
     for seq_len in lengths:

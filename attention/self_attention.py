@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attention.core import attention_scores, check_input, explicit_attention
+from attention.core import attention_scores, check_input, check_size, explicit_attention
 
 __all__ = ["SelfAttentionV1", "SelfAttentionV2"]
 
@@ -53,6 +53,8 @@ class SelfAttentionV1(nn.Module):
 
     def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
+        check_size("d_in", d_in)
+        check_size("d_out", d_out)
         self.d_in = d_in
         self.d_out = d_out
         self.W_query = nn.Parameter(torch.rand(d_in, d_out))
@@ -61,7 +63,7 @@ class SelfAttentionV1(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors for `x` of shape `(num_tokens, d_in)` (or batched); `(..., d_out)`."""
-        check_input(x, self.d_in, batched=False)
+        check_input(x, self.d_in, batched=False, like=self.W_query)
         keys = x @ self.W_key  # K = X W_k      (num_tokens, d_out)
         queries = x @ self.W_query  # Q = X W_q  (num_tokens, d_out)
         values = x @ self.W_value  # V = X W_v   (num_tokens, d_out)
@@ -100,6 +102,8 @@ class SelfAttentionV2(nn.Module):
 
     def __init__(self, d_in: int, d_out: int, qkv_bias: bool = False) -> None:
         super().__init__()
+        check_size("d_in", d_in)
+        check_size("d_out", d_out)
         self.d_in = d_in
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -108,7 +112,7 @@ class SelfAttentionV2(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Context vectors for `x` of shape `(num_tokens, d_in)` (or batched); `(..., d_out)`."""
-        check_input(x, self.d_in, batched=False)
+        check_input(x, self.d_in, batched=False, like=self.W_query.weight)
         keys = self.W_key(x)  # (num_tokens, d_out)
         queries = self.W_query(x)  # (num_tokens, d_out)
         values = self.W_value(x)  # (num_tokens, d_out)

@@ -60,6 +60,17 @@ def example_inputs() -> Tensor:
     )
 
 
+def _check_tokens(inputs: Tensor) -> None:
+    """Stage 1 works on one sequence: `(num_tokens, d_in)` floats."""
+    if not isinstance(inputs, Tensor) or inputs.ndim != 2 or not inputs.is_floating_point():
+        got = (
+            f"a {inputs.ndim}-d {inputs.dtype} tensor of shape {tuple(inputs.shape)}"
+            if isinstance(inputs, Tensor)
+            else type(inputs).__name__
+        )
+        raise ValueError(f"expected inputs of shape (num_tokens, d_in), floating point, got {got}")
+
+
 def attn_scores_for_query(inputs: Tensor, query: Tensor) -> Tensor:
     r"""Scores of one query against every token, one dot product at a time.
 
@@ -72,12 +83,20 @@ def attn_scores_for_query(inputs: Tensor, query: Tensor) -> Tensor:
     Returns:
         $\omega$, shape `(num_tokens,)`.
 
+    Raises:
+        ValueError: `inputs` is not 2-d, or `query` is not one vector of width `d_in`.
+
     Examples:
         >>> inputs = example_inputs()
         >>> attn_scores_for_query(inputs, inputs[1])  # query "journey"
         tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])
     """
-    attn_scores = torch.empty(inputs.shape[0])  # (num_tokens,)
+    _check_tokens(inputs)
+    if query.shape != inputs.shape[1:]:
+        raise ValueError(
+            f"expected a query of shape (d_in,) = ({inputs.shape[1]},), got {tuple(query.shape)}"
+        )
+    attn_scores = inputs.new_empty(inputs.shape[0])  # (num_tokens,), inputs' dtype and device
     for i, x_i in enumerate(inputs):
         attn_scores[i] = torch.dot(x_i, query)
     return attn_scores
@@ -93,13 +112,23 @@ def attn_scores_loop(inputs: Tensor) -> Tensor:
         $\Omega$, shape `(num_tokens, num_tokens)`; equal to
         [`attn_scores_matrix`][attention.simple.attn_scores_matrix].
 
+    Raises:
+        ValueError: `inputs` is not 2-d.
+
     Examples:
         >>> inputs = example_inputs()
-        >>> torch.equal(attn_scores_loop(inputs), attn_scores_matrix(inputs))
+        >>> attn_scores_loop(inputs)[1]  # the row of "journey"
+        tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])
+
+        The same numbers as the matrix product, summed in another order, so equal up to
+        rounding (not always bit for bit):
+
+        >>> torch.allclose(attn_scores_loop(inputs), attn_scores_matrix(inputs))
         True
     """
+    _check_tokens(inputs)
     n = inputs.shape[0]
-    attn_scores = torch.empty(n, n)  # (num_tokens, num_tokens)
+    attn_scores = inputs.new_empty(n, n)  # (num_tokens, num_tokens), inputs' dtype and device
     for i, x_i in enumerate(inputs):
         for j, x_j in enumerate(inputs):
             attn_scores[i, j] = torch.dot(x_i, x_j)
@@ -176,13 +205,22 @@ def context_vector(inputs: Tensor, attn_weights: Tensor) -> Tensor:
     Returns:
         $z$, shape `(d_in,)`.
 
+    Raises:
+        ValueError: `inputs` is not 2-d, or there is not one weight per token.
+
     Examples:
         >>> inputs = example_inputs()
         >>> weights = torch.softmax(attn_scores_for_query(inputs, inputs[1]), dim=0)
         >>> context_vector(inputs, weights)  # z^(2), for "journey"
         tensor([0.4419, 0.6515, 0.5683])
     """
-    z = torch.zeros(inputs.shape[-1])  # (d_in,)
+    _check_tokens(inputs)
+    if attn_weights.shape != inputs.shape[:1]:
+        raise ValueError(
+            f"expected one weight per token, shape (num_tokens,) = ({inputs.shape[0]},), "
+            f"got {tuple(attn_weights.shape)}"
+        )
+    z = inputs.new_zeros(inputs.shape[-1])  # (d_in,), inputs' dtype and device
     for i, x_i in enumerate(inputs):
         z += attn_weights[i] * x_i
     return z
@@ -198,12 +236,22 @@ def context_vectors(inputs: Tensor, attn_weights: Tensor) -> Tensor:
     Returns:
         $Z$, shape `(num_tokens, d_in)`; row $i$ is $z^{(i)}$.
 
+    Raises:
+        ValueError: `inputs` is not 2-d, or `attn_weights` is not `(num_tokens, num_tokens)`.
+
     Examples:
         >>> inputs = example_inputs()
         >>> weights = torch.softmax(attn_scores_matrix(inputs), dim=-1)
         >>> context_vectors(inputs, weights)[1]
         tensor([0.4419, 0.6515, 0.5683])
     """
+    _check_tokens(inputs)
+    n = inputs.shape[0]
+    if attn_weights.shape != (n, n):
+        raise ValueError(
+            f"expected attn_weights of shape (num_tokens, num_tokens) = ({n}, {n}), "
+            f"got {tuple(attn_weights.shape)}"
+        )
     return attn_weights @ inputs  # (num_tokens, d_in)
 
 

@@ -51,6 +51,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
+from attention.core import check_size
+
 if TYPE_CHECKING:
     import tiktoken
 
@@ -112,8 +114,9 @@ def load_gpt2_ranks(
         `{token_bytes: rank}`; for the shipped file, 50,256 entries with ranks `0..50255`.
 
     Raises:
-        RanksIntegrityError: the file is missing, or its sha256 differs; the message names the
-            file and the expected (and actual) hash. A subclass of `ValueError`.
+        RanksIntegrityError: the file is missing or unreadable (a directory, say), or its
+            sha256 differs; the message names the file and the expected (and actual) hash. A
+            subclass of `ValueError`.
 
     Examples:
         >>> ranks = load_gpt2_ranks()
@@ -123,10 +126,10 @@ def load_gpt2_ranks(
     path = Path(path)
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except OSError as error:  # missing, a directory, unreadable
         raise RanksIntegrityError(
-            f"GPT-2 BPE ranks file not found: {path} (expected a file with sha256 "
-            f"{expected_sha256}); reinstall the attention package"
+            f"GPT-2 BPE ranks file {path} cannot be read ({error.strerror or error}): expected "
+            f"a file with sha256 {expected_sha256}; reinstall the attention package"
         ) from None
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected_sha256:
@@ -212,12 +215,21 @@ def token_ids_to_text(token_ids: Tensor, tokenizer: tiktoken.Encoding | None = N
         The decoded string.
 
     Raises:
-        ValueError: if `token_ids` holds more than one sequence.
+        TypeError: `token_ids` is not an integer tensor.
+        ValueError: `token_ids` holds more than one sequence, or an id outside the
+            tokenizer's vocabulary `0 .. n_vocab - 1`.
 
     Examples:
         >>> token_ids_to_text(torch.tensor([[6109, 3626, 6100, 345]]))
         'Every effort moves you'
+        >>> token_ids_to_text(torch.tensor([6109, -1]))
+        Traceback (most recent call last):
+        ...
+        ValueError: token id -1 at position 1 is outside the vocabulary 0 .. 50256
     """
+    if not isinstance(token_ids, Tensor) or token_ids.is_floating_point() or token_ids.is_complex():
+        what = token_ids.dtype if isinstance(token_ids, Tensor) else type(token_ids).__name__
+        raise TypeError(f"expected a tensor of integer token ids, got {what}")
     if token_ids.ndim == 2 and token_ids.shape[0] == 1:
         token_ids = token_ids.squeeze(0)  # (num_tokens,)
     if token_ids.ndim != 1:
@@ -226,7 +238,14 @@ def token_ids_to_text(token_ids: Tensor, tokenizer: tiktoken.Encoding | None = N
             f"got shape {tuple(token_ids.shape)}"
         )
     tokenizer = tokenizer or gpt2_encoding()
-    return tokenizer.decode(token_ids.tolist())
+    ids = token_ids.tolist()
+    for position, token_id in enumerate(ids):
+        if not 0 <= token_id < tokenizer.n_vocab:
+            raise ValueError(
+                f"token id {token_id} at position {position} is outside the vocabulary "
+                f"0 .. {tokenizer.n_vocab - 1}"
+            )
+    return tokenizer.decode(ids)
 
 
 def sliding_windows(
@@ -255,6 +274,8 @@ def sliding_windows(
         `(inputs, targets)`, each of shape `(num_windows, max_length)`, dtype `torch.long`.
 
     Raises:
+        TypeError: `max_length` or `stride` not an int, or ids that are not integers (floats
+            would be truncated silently).
         ValueError: `max_length` or `stride` below 1, `token_ids` not 1-d, or fewer than
             `max_length + 1` ids (not even one full window).
 
@@ -271,9 +292,11 @@ def sliding_windows(
                 [2, 3, 4, 5],
                 [4, 5, 6, 7]])
     """
-    if max_length < 1 or stride < 1:
-        raise ValueError(f"max_length and stride must be >= 1, got {max_length=} and {stride=}")
+    check_size("max_length", max_length)
+    check_size("stride", stride)
     ids = torch.as_tensor(list(token_ids) if not isinstance(token_ids, Tensor) else token_ids)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"expected integer token ids, got dtype {ids.dtype}")
     ids = ids.to(torch.long)  # (n,)
     if ids.ndim != 1:
         raise ValueError(f"expected token ids of shape (n,), got shape {tuple(ids.shape)}")
@@ -408,6 +431,12 @@ class TokenAndPositionEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, context_length: int, d_in: int) -> None:
         super().__init__()
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("context_length", context_length),
+            ("d_in", d_in),
+        ):
+            check_size(name, value)
         self.vocab_size = vocab_size
         self.context_length = context_length
         self.d_in = d_in
@@ -418,8 +447,12 @@ class TokenAndPositionEmbedding(nn.Module):
         """Embed `token_ids` of shape `(batch, num_tokens)`; returns `(batch, num_tokens, d_in)`.
 
         Raises:
-            ValueError: `token_ids` is not 2-d, or has more than `context_length` tokens.
+            TypeError: `token_ids` is not an integer tensor.
+            ValueError: `token_ids` is not 2-d, has more than `context_length` tokens, or
+                holds an id outside `0 .. vocab_size - 1`.
         """
+        if token_ids.is_floating_point() or token_ids.is_complex() or token_ids.dtype == torch.bool:
+            raise TypeError(f"expected integer token ids, got dtype {token_ids.dtype}")
         if token_ids.ndim != 2:
             raise ValueError(
                 "expected token ids of shape (batch, num_tokens), "
@@ -430,6 +463,11 @@ class TokenAndPositionEmbedding(nn.Module):
             raise ValueError(
                 f"sequence of {num_tokens} tokens is longer than "
                 f"context_length={self.context_length}"
+            )
+        if token_ids.numel() and not 0 <= token_ids.min() <= token_ids.max() < self.vocab_size:
+            raise ValueError(
+                f"token ids must be in 0 .. {self.vocab_size - 1} (vocab_size={self.vocab_size}), "
+                f"got ids from {int(token_ids.min())} to {int(token_ids.max())}"
             )
         tok_embeds: Tensor = self.tok_emb(token_ids)  # (batch, num_tokens, d_in)
         positions = torch.arange(num_tokens, device=token_ids.device)  # (num_tokens,)

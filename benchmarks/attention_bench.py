@@ -12,7 +12,8 @@ parameter, `out.backward(grad_out)`) mode:
 | `wrapper` | `MultiHeadAttentionWrapper`: one `CausalAttention` per head, concatenated |
 | `explicit` | production `MultiHeadAttention(..., need_weights=True)`: the explicit path |
 | `production` | production `MultiHeadAttention` (fused `scaled_dot_product_attention`) |
-| `production_padded` | the same with a `key_padding_mask` (last eighth of each row padded) |
+| `production_padded` | the same with a `key_padding_mask`: right padding, last eighth of each row |
+| `production_left_padded` | the same, left padding: first eighth of each row |
 | `sdpa_reference` | `SDPAReference`: three `Linear`s, SDPA `is_causal=True`, `out_proj` |
 | `torch_mha` | `torch.nn.MultiheadAttention(need_weights=False)`, causal |
 | `torch_mha_weights` | `torch.nn.MultiheadAttention` with its default `need_weights=True` |
@@ -162,14 +163,41 @@ def attention_flops(
         >>> attention_flops(1, 4, 2, 2, causal=False, backward=True)
         768
     """
+    projections, scores_and_mix = flop_terms(
+        batch, num_tokens, d_in, d_out, causal=causal, out_proj=out_proj
+    )
+    forward = projections + scores_and_mix
+    return 3 * forward if backward else forward
+
+
+def flop_terms(
+    batch: int,
+    num_tokens: int,
+    d_in: int,
+    d_out: int,
+    *,
+    causal: bool = True,
+    out_proj: bool = True,
+) -> tuple[int, int]:
+    r"""The two terms of `attention_flops`'s forward count: `(projections, attention)`.
+
+    The projections grow like $T$, the attention ($Q K^\top$ and $\alpha V$) like $T^2$, so
+    they are equal at one length, $T^* = T \cdot \text{projections} / \text{attention}$ for
+    any $T$: with $d_\text{in} = d_\text{out} = d$, $8 b T d^2 = 2 b T^2 d$ gives $T^* = 4d$
+    (causal; $2d$ without the mask).
+
+    Examples:
+        >>> projections, attention = flop_terms(1, 1024, 768, 768)
+        >>> 1024 * projections // attention  # the crossover length T*: 4 * 768
+        3072
+    """
     projections = 3 * 2 * batch * num_tokens * d_in * d_out
     if out_proj:
         projections += 2 * batch * num_tokens * d_out * d_out
     scores_and_mix = 4 * batch * num_tokens * num_tokens * d_out
     if causal:
         scores_and_mix //= 2
-    forward = projections + scores_and_mix
-    return 3 * forward if backward else forward
+    return projections, scores_and_mix
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,10 +239,14 @@ class _Call(nn.Module):
         return self._call(self, x)
 
 
-def _padding(shape: Shape) -> Tensor:
-    """Right padding: the last eighth of every sequence is padding (True)."""
+def _padding(shape: Shape, side: str = "right") -> Tensor:
+    """An eighth of every sequence is padding (True): its end (right) or its start (left)."""
     key_padding_mask = torch.zeros(shape.batch, shape.num_tokens, dtype=torch.bool)
-    key_padding_mask[:, shape.num_tokens - shape.num_tokens // 8 :] = True
+    n_pad = shape.num_tokens // 8
+    if side == "right":
+        key_padding_mask[:, shape.num_tokens - n_pad :] = True
+    else:
+        key_padding_mask[:, :n_pad] = True
     return key_padding_mask  # (b, T)
 
 
@@ -239,7 +271,9 @@ def _torch_mha(shape: Shape, *, need_weights: bool, padded: bool) -> nn.Module:
     return _Call(mha, call, key_padding_mask=padding, causal_mask=causal_mask)
 
 
-def _production(shape: Shape, *, need_weights: bool = False, padded: bool = False) -> nn.Module:
+def _production(
+    shape: Shape, *, need_weights: bool = False, padded: str | None = None
+) -> nn.Module:
     mha = MultiHeadAttention(
         shape.d_model, shape.d_model, shape.num_tokens, 0.0, shape.num_heads, qkv_bias=True
     )
@@ -250,7 +284,7 @@ def _production(shape: Shape, *, need_weights: bool = False, padded: bool = Fals
         out = m.inner(x, m.key_padding_mask, need_weights=need_weights)
         return out[0] if need_weights else out  # type: ignore[no-any-return]
 
-    return _Call(mha, call, key_padding_mask=_padding(shape) if padded else None)
+    return _Call(mha, call, key_padding_mask=_padding(shape, padded) if padded else None)
 
 
 @dataclass(frozen=True)
@@ -321,7 +355,8 @@ def implementations(max_explicit_tokens: int) -> list[Impl]:
             max_tokens=n,
             skip_reason=_TT,
         ),
-        Impl("production_padded", lambda s: _production(s, padded=True), modes=forward),
+        Impl("production_padded", lambda s: _production(s, padded="right"), modes=forward),
+        Impl("production_left_padded", lambda s: _production(s, padded="left"), modes=forward),
         Impl(
             "torch_mha_padded",
             lambda s: _torch_mha(s, need_weights=False, padded=True),
@@ -527,6 +562,7 @@ class Config:
     max_repeats: int = 15
     compile: bool = True
     seed: int = 0
+    construct_context_length: int = 131_072
 
     @classmethod
     def quick(cls, device: str) -> Config:
@@ -798,15 +834,27 @@ def check_targets(
     longest = max(cfg.sweep_tokens)
     sweep = {"experiment": "sweep", "dtype": sweep_dtype, "mode": "forward", "num_tokens": longest}
     ref_mem = _find(rows, impl=REFERENCE, **sweep)
-    for impl in ("production", "production_padded"):
-        row = _find(rows, impl=impl, **sweep)
-        if row and ref_mem and row.get("peak_bytes") and ref_mem.get("peak_bytes"):
+    prod_mem = _find(rows, impl="production", **sweep)
+    right_mem = _find(rows, impl="production_padded", **sweep)
+    for name, row, base, limit, what in (
+        ("production vs SDPA reference", prod_mem, ref_mem, 1.10, "production / sdpa_reference"),
+        ("right-padded vs unpadded", right_mem, prod_mem, 1.25, "production_padded / production"),
+    ):
+        if row and base and row.get("peak_bytes") and base.get("peak_bytes"):
             target(
-                f"peak forward memory vs SDPA reference at {longest} tokens ({impl})",
-                row["peak_bytes"] / ref_mem["peak_bytes"],
-                1.25,
-                f"{impl} / sdpa_reference, bytes allocated during the forward",
+                f"peak forward memory at {longest} tokens, {name}",
+                row["peak_bytes"] / base["peak_bytes"],
+                limit,
+                f"{what}, bytes allocated during the forward",
             )
+    construct = _find(rows, experiment="construct")
+    if construct:
+        target(
+            f"construction time at context_length={construct['context_length']} (s)",
+            construct["median_s"],
+            0.1,
+            "MultiHeadAttention(768, 768, context_length, 0.0, 12), wall time",
+        )
     return targets
 
 
@@ -855,7 +903,11 @@ METHOD = {
         "torch.cuda.max_memory_allocated() - memory_allocated() before the call. Bytes "
         "alive before the call (parameters, buffers, input) are excluded: see state_bytes"
     ),
-    "state_bytes": "parameters + buffers of the module (the production causal-mask buffer too)",
+    "state_bytes": "parameters + buffers of the module (the wrapper's causal-mask buffers too)",
+    "construct": (
+        "wall time of MultiHeadAttention(d_model, d_model, construct_context_length, 0.0, "
+        "num_heads), min_repeats times, median"
+    ),
     "flops": (
         "useful FLOPs: projections 2*b*T*d_in*d_out each, QK^T and AV 2*b*T^2*d_out each, "
         "halved for causal; forward+backward = 3x forward; softmax ignored"
@@ -869,6 +921,37 @@ METHOD = {
         "group"
     ),
 }
+
+
+def run_construct(rec: Recorder, cfg: Config) -> None:
+    """How long building a long-context module takes, and what it holds: no T x T buffer."""
+    shape = cfg.gpt2
+    context_length = cfg.construct_context_length
+
+    def build() -> nn.Module:
+        return MultiHeadAttention(
+            shape.d_model, shape.d_model, context_length, 0.0, shape.num_heads
+        )
+
+    times = []
+    for _ in range(cfg.min_repeats):
+        start = time.perf_counter()
+        module = build()
+        times.append(time.perf_counter() - start)
+    row = {
+        "experiment": "construct",
+        "impl": "production",
+        "mode": "construct",
+        "device": "cpu",
+        "dtype": "float32",
+        "d_model": shape.d_model,
+        "num_heads": shape.num_heads,
+        "num_tokens": 0,
+        "context_length": context_length,
+        "state_bytes": state_bytes(module),
+        **Timing(times).summary(),
+    }
+    rec.add(row)
 
 
 def run(cfg: Config) -> dict[str, Any]:
@@ -901,6 +984,8 @@ def run(cfg: Config) -> dict[str, Any]:
             matmul_flops_per_s=matmul.get(sweep_dtype),
         )
         rec.sample_load(f"after sweep T={num_tokens}")
+    print(f"construction at context_length={cfg.construct_context_length}", flush=True)
+    run_construct(rec, cfg)
     if cfg.compile:
         print("torch.compile, production module", flush=True)
         run_compile(rec, cfg, cfg.dtypes[0])
@@ -929,6 +1014,7 @@ def run(cfg: Config) -> dict[str, Any]:
                 "max": cfg.max_repeats,
             },
             "reference": REFERENCE,
+            "construct_context_length": cfg.construct_context_length,
         },
         "method": METHOD,
         "load_average": rec.load,

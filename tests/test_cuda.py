@@ -35,7 +35,7 @@ from _pytest.mark import ParameterSet
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.testing import assert_close
 
-from attention import MultiHeadAttention, causal_mask
+from attention import MultiHeadAttention
 
 CUDA = torch.cuda.is_available()
 pytestmark = [
@@ -55,11 +55,14 @@ BF16 = pytest.param(
 B, NUM_TOKENS, CONTEXT_LENGTH, D, H = 4, 100, 128, 64, 4
 
 
-def padding_mask(device: torch.device | str) -> torch.Tensor:
-    """`(4, NUM_TOKENS)` bool, True = padding: none, right-padded to 70, left-padded by 30, one
-    token left. Under causal attention the left-padded sequence has queries with no key to
-    attend to, which exercises the zero-row path."""
+def padding_mask(device: torch.device | str, layout: str = "mixed") -> torch.Tensor:
+    """`(4, NUM_TOKENS)` bool, True = padding. "right": lengths 100, 70, 1, 40, real tokens
+    first (causal attention then needs no mask). "mixed": none, right-padded to 70,
+    left-padded by 30, one token left (the left-padded rows take the bool-mask path, with
+    padded queries that have no key under the causal mask)."""
     pos = torch.arange(NUM_TOKENS, device=device)
+    if layout == "right":
+        return pos[None, :] >= torch.tensor([NUM_TOKENS, 70, 1, 40], device=device)[:, None]
     right = pos[None, :] >= torch.tensor([NUM_TOKENS, 70], device=device)[:, None]
     left = pos[None, :] < torch.tensor([30, NUM_TOKENS - 1], device=device)[:, None]
     return torch.cat([right, left])  # (4, NUM_TOKENS)
@@ -114,7 +117,7 @@ DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf
 
 
 def backend_cases() -> list[ParameterSet]:
-    """(backend, dtype, padded) for every dtype each kernel takes; skips name the constraint."""
+    """(backend, dtype, padding) for every dtype each kernel takes; skips name the constraint."""
     cases = []
     for backend, dtypes in (
         (SDPBackend.FLASH_ATTENTION, (torch.float16, torch.bfloat16)),
@@ -122,30 +125,31 @@ def backend_cases() -> list[ParameterSet]:
     ):
         flash = backend == SDPBackend.FLASH_ATTENTION
         for dtype in dtypes:
-            for padded in (False, True):
+            for padding in ("none", "right", "mixed"):
                 marks = []
                 if flash:
                     marks.append(pytest.mark.skipif(NO_FLASH, reason="flash needs sm80+"))
-                if flash and padded:
-                    marks.append(pytest.mark.skip(reason="flash takes no attn_mask (padding)"))
                 if dtype == torch.bfloat16:
                     marks.append(pytest.mark.skipif(NO_SM80, reason="bf16 needs sm80+"))
-                case_id = "-".join(
-                    ("flash" if flash else "efficient", DTYPE_NAMES[dtype], "padded" * padded)
-                ).rstrip("-")
-                cases.append(pytest.param(backend, dtype, padded, id=case_id, marks=marks))
+                case_id = "-".join(("flash" if flash else "efficient", DTYPE_NAMES[dtype], padding))
+                cases.append(pytest.param(backend, dtype, padding, id=case_id, marks=marks))
     return cases
 
 
-@pytest.mark.parametrize(("backend", "dtype", "padded"), backend_cases())
+@pytest.mark.parametrize(("backend", "dtype", "padding"), backend_cases())
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_forced_sdpa_backend_matches_explicit_path(
-    backend: SDPBackend, dtype: torch.dtype, padded: bool, causal: bool
+    backend: SDPBackend, dtype: torch.dtype, padding: str, causal: bool
 ) -> None:
+    # The module passes no attn_mask without padding, nor for causal right padding; flash
+    # takes no attn_mask, so it runs those cases only.
+    needs_mask = padding == "mixed" or (padding == "right" and not causal)
+    if backend == SDPBackend.FLASH_ATTENTION and needs_mask:
+        pytest.skip("flash takes no attn_mask, and this padding needs one")
     mha = make_module(causal).cuda()
     x = torch.randn(B, NUM_TOKENS, D, device="cuda")
     grad_out = torch.randn(B, NUM_TOKENS, D, device="cuda")
-    mask = padding_mask("cuda") if padded else None
+    mask = None if padding == "none" else padding_mask("cuda", padding)
     ref_out, ref_grad = run(mha, x, grad_out, mask, need_weights=True)  # fp32, explicit
     fused = copy.deepcopy(mha).to(dtype)
     fused.zero_grad()
@@ -155,12 +159,10 @@ def test_forced_sdpa_backend_matches_explicit_path(
     assert_close(grad, ref_grad, atol=TOL[dtype], rtol=0)
 
 
-def test_mask_buffer_and_parameters_follow_the_module_to_cuda() -> None:
+def test_parameters_follow_the_module_to_cuda() -> None:
     mha_cpu = make_module()
     mha = copy.deepcopy(mha_cpu).to("cuda")
-    assert mha.mask.device.type == "cuda" and mha.mask.dtype == torch.bool
-    assert mha.mask.shape == (CONTEXT_LENGTH, CONTEXT_LENGTH)
-    assert torch.equal(mha.mask, causal_mask(CONTEXT_LENGTH, device="cuda"))
+    assert list(mha.buffers()) == []  # no mask is stored: it is computed per call
     assert all(p.device.type == "cuda" for p in mha.parameters())
     x = torch.randn(B, NUM_TOKENS, D)
     mask = padding_mask("cpu")
@@ -172,7 +174,7 @@ def test_mask_buffer_and_parameters_follow_the_module_to_cuda() -> None:
 def test_state_dict_round_trip_on_cuda(tmp_path: Path) -> None:
     mha = make_module().cuda()
     state = mha.state_dict()
-    assert "mask" in state  # the causal mask buffer is persistent: saved and restored
+    assert "mask" not in state  # parameters only: the mask is computed, not stored
     assert all(t.device.type == "cuda" for t in state.values())
     path = tmp_path / "mha.pt"
     torch.save(state, path)

@@ -1,11 +1,13 @@
-"""Bad input gets a ValueError that names the expected and the actual."""
+"""Bad input gets a ValueError or TypeError that names the argument, the expected and the actual."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
+from torch.testing import assert_close
 
 from attention import (
     CausalAttention,
@@ -14,6 +16,13 @@ from attention import (
     SelfAttentionV1,
     SelfAttentionV2,
     attention_scores,
+    attn_scores_for_query,
+    attn_scores_loop,
+    attn_scores_matrix,
+    context_vector,
+    context_vectors,
+    example_inputs,
+    softmax_stable,
 )
 
 
@@ -89,3 +98,150 @@ def test_padding_mask_of_the_wrong_dtype() -> None:
 def test_queries_and_keys_must_share_d_k() -> None:
     with pytest.raises(ValueError, match=re.escape("got queries (6, 24) and keys (6, 28)")):
         attention_scores(torch.zeros(6, 24), torch.zeros(6, 28))
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile and careless input: each is answered by a clear error naming the argument, what was
+# expected and what arrived (never a matmul dtype error, an IndexError or a NaN).
+# --------------------------------------------------------------------------------------------
+
+MHA_ARGS = {"d_in": 4, "d_out": 4, "context_length": 8, "dropout": 0.0, "num_heads": 2}
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"num_heads": 2.0}, TypeError, r"num_heads must be an int, got 2.0 \(float\)"),
+        ({"num_heads": 0}, ValueError, r"num_heads must be >= 1, got 0"),
+        ({"num_heads": True}, TypeError, r"num_heads must be an int, got True \(bool\)"),
+        ({"context_length": 16.0}, TypeError, r"context_length must be an int, got 16.0"),
+        ({"context_length": 0}, ValueError, r"context_length must be >= 1, got 0"),
+        ({"d_in": -3}, ValueError, r"d_in must be >= 1, got -3"),
+        ({"d_out": "4"}, TypeError, r"d_out must be an int, got '4' \(str\)"),
+        ({"dropout": None}, TypeError, r"dropout must be a float in \[0, 1\), got None"),
+        ({"dropout": 1.5}, ValueError, r"dropout must be a probability in \[0, 1\), got 1.5"),
+        ({"dropout": 1.0}, ValueError, r"in \[0, 1\), got 1.0"),
+        ({"dropout": float("nan")}, ValueError, r"in \[0, 1\), got nan"),
+        ({"dropout": -0.1}, ValueError, r"in \[0, 1\), got -0.1"),
+    ],
+)
+@pytest.mark.parametrize("cls", [MultiHeadAttention, MultiHeadAttentionWrapper, CausalAttention])
+def test_constructor_arguments(
+    cls: type[torch.nn.Module], changes: dict[str, object], error: type[Exception], match: str
+) -> None:
+    kwargs = {**MHA_ARGS, **changes}
+    if cls is CausalAttention:
+        if "num_heads" in changes:
+            pytest.skip("CausalAttention has no num_heads")
+        del kwargs["num_heads"]
+    with pytest.raises(error, match=match):
+        cls(**kwargs)
+
+
+@pytest.mark.parametrize("cls", [SelfAttentionV1, SelfAttentionV2])
+def test_stage_constructor_arguments(cls: type[torch.nn.Module]) -> None:
+    with pytest.raises(TypeError, match=r"d_in must be an int, got 3.0"):
+        cls(3.0, 2)
+    with pytest.raises(ValueError, match=r"d_out must be >= 1, got 0"):
+        cls(3, 0)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        SelfAttentionV1(4, 2),
+        SelfAttentionV2(4, 2),
+        CausalAttention(4, 4, context_length=6, dropout=0.0),
+        MultiHeadAttentionWrapper(4, 2, context_length=6, dropout=0.0, num_heads=2),
+        MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2),
+    ],
+    ids=type,
+)
+@pytest.mark.parametrize(
+    ("dtype", "error", "match"),
+    [
+        (
+            torch.long,
+            TypeError,
+            r"floating-point input \(embeddings, not ids\), got dtype torch.int64",
+        ),
+        (torch.bool, TypeError, r"floating-point input.*got dtype torch.bool"),
+        (
+            torch.float64,
+            TypeError,
+            r"dtype torch.float32 \(the module's parameters\), got "
+            r"torch.float64: convert the input with x.to",
+        ),
+        (torch.float16, TypeError, r"dtype torch.float32 .* got torch.float16"),
+    ],
+)
+def test_input_of_another_dtype(
+    module: torch.nn.Module, dtype: torch.dtype, error: type[Exception], match: str
+) -> None:
+    shape = (6, 4) if isinstance(module, SelfAttentionV1 | SelfAttentionV2) else (2, 6, 4)
+    with pytest.raises(error, match=match):
+        module(torch.zeros(shape, dtype=dtype))
+
+
+def test_input_of_another_dtype_is_fine_under_autocast() -> None:
+    mha = MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mha(torch.randn(2, 6, 4, dtype=torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+
+
+def test_not_a_tensor() -> None:
+    mha = MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2)
+    with pytest.raises(TypeError, match=r"input x to be a torch.Tensor, got list"):
+        mha([[0.0] * 4])  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match=r"key_padding_mask must be a bool tensor .* got list"):
+        mha(torch.zeros(1, 2, 4), [[False, True]])  # type: ignore[call-overload]
+
+
+def test_from_wrapper_keeps_the_wrappers_mode_and_rejects_other_modules() -> None:
+    wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0.5, num_heads=2).eval()
+    fused = MultiHeadAttention.from_wrapper(wrapper)
+    assert not fused.training
+    x = torch.randn(2, 6, 3)
+    assert_close(fused(x), wrapper(x), atol=1e-6, rtol=0)  # no dropout in either: eval mode
+    assert MultiHeadAttention.from_wrapper(wrapper.train()).training
+    with pytest.raises(TypeError, match="expected a MultiHeadAttentionWrapper, got Linear"):
+        MultiHeadAttention.from_wrapper(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+def test_softmax_stable_of_empty_rows_is_empty_like_torch() -> None:
+    for shape in [(0,), (3, 0), (0, 4)]:
+        x = torch.empty(shape)
+        assert softmax_stable(x).shape == torch.softmax(x, dim=-1).shape == shape
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda x: context_vector(x, torch.ones(8) / 8), ValueError,
+         r"one weight per token, shape \(num_tokens,\) = \(6,\), got \(8,\)"),
+        (lambda x: context_vectors(x, torch.ones(6, 5)), ValueError,
+         r"attn_weights of shape \(num_tokens, num_tokens\) = \(6, 6\), got \(6, 5\)"),
+        (lambda x: attn_scores_for_query(x, x[:2]), ValueError,
+         r"query of shape \(d_in,\) = \(3,\), got \(2, 3\)"),
+        (lambda x: attn_scores_loop(x[0]), ValueError,
+         r"inputs of shape \(num_tokens, d_in\).*got a 1-d"),
+    ],
+)  # fmt: skip
+def test_stage_one_helpers_check_their_shapes(
+    call: Callable[[torch.Tensor], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call(example_inputs())
+
+
+def test_stage_one_loops_keep_the_inputs_dtype() -> None:
+    x = example_inputs().double()
+    weights = torch.softmax(attn_scores_matrix(x), dim=-1)
+    for out in (
+        attn_scores_for_query(x, x[1]),
+        attn_scores_loop(x),
+        context_vector(x, weights[1]),
+    ):
+        assert out.dtype == torch.float64
+    assert_close(attn_scores_loop(x), attn_scores_matrix(x))

@@ -132,3 +132,13 @@ def test_bars_label_each_bar_with_its_value() -> None:
     assert {"Your", "journey", "0.14", "0.24", "attention weight"} <= set(labels)
     with pytest.raises(ValueError, match="expected 2 values"):
         bars(["a", "b"], [1.0], ylabel="y")
+
+
+def test_bars_draw_repeated_labels_as_separate_bars() -> None:
+    """Categorical x values would stack "the" twice on one spot."""
+    fig = bars(["the", "cat", "the"], [0.5, 0.2, 0.3], ylabel="weight")
+    ax = fig.axes[0]
+    xs = [patch.get_x() for patch in ax.patches]
+    assert len(xs) == len(set(xs)) == 3
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["the", "cat", "the"]
+    assert [round(p.get_height(), 2) for p in ax.patches] == [0.5, 0.2, 0.3]

@@ -16,6 +16,7 @@ from attention import (
     MultiHeadAttentionWrapper,
     explicit_attention,
 )
+from tests.book import BookMultiHeadAttention
 
 CONTEXT = 12
 D_IN, D_OUT, H = 6, 8, 2
@@ -94,24 +95,33 @@ def test_permutation_equivariance_without_causal_mask(
 @SETTINGS
 @given(
     lengths=st.lists(st.integers(1, CONTEXT), min_size=1, max_size=4),
+    left=st.booleans(),
     causal=st.booleans(),
     need_weights=st.booleans(),
 )
-def test_padding_equals_truncation(lengths: list[int], causal: bool, need_weights: bool) -> None:
+def test_padding_equals_truncation(
+    lengths: list[int], left: bool, causal: bool, need_weights: bool
+) -> None:
+    """Each sequence's real tokens get what they get alone; padded ones get out_proj's bias."""
     mha = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H, causal=causal)
     num_tokens = max(lengths)
     x = torch.randn(len(lengths), num_tokens, D_IN)
-    padding = torch.arange(num_tokens)[None, :] >= torch.tensor(lengths)[:, None]
+    n_real = torch.tensor(lengths)[:, None]  # (b, 1)
+    positions = torch.arange(num_tokens)[None, :]  # (1, T)
+    padding = positions < num_tokens - n_real if left else positions >= n_real  # (b, T)
     x = x.masked_fill(padding[..., None], 1e4)  # garbage in the padding must not matter
     with torch.no_grad():
         out = mha(x, padding, need_weights=True)[0] if need_weights else mha(x, padding)
         for i, n in enumerate(lengths):
-            alone = mha(x[i : i + 1, :n])
-            assert_close(out[i : i + 1, :n], alone, atol=1e-5, rtol=0)
+            real = slice(num_tokens - n, None) if left else slice(None, n)
+            alone = mha(x[i : i + 1, real])  # (1, n, d_out)
+            assert_close(out[i : i + 1, real], alone, atol=1e-5, rtol=0)
+    bias = mha.out_proj.bias.detach()
+    assert_close(out[padding], bias.expand(int(padding.sum()), D_OUT))
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_left_padding_never_gives_nan(need_weights: bool) -> None:
+def test_left_padding_and_all_padding_never_give_nan(need_weights: bool) -> None:
     mha = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H, causal=True)
     x = torch.randn(2, 5, D_IN, requires_grad=True)
     padding = torch.tensor([[True, True, False, False, False], [False] * 5])
@@ -119,13 +129,14 @@ def test_left_padding_never_gives_nan(need_weights: bool) -> None:
     out.sum().backward()
     assert torch.isfinite(out).all()
     assert x.grad is not None and torch.isfinite(x.grad).all()
-    # Queries 0 and 1 of sequence 0 have no key to attend to (keys 0-1 are padding, later keys
-    # are future): their context vector is zero, so the output is out_proj's bias alone.
+    # Queries 0 and 1 of sequence 0 are padding: they attend to nothing (they would have no
+    # key under the causal mask anyway), so their output is out_proj's bias alone.
     assert_close(out[0, :2], mha.out_proj.bias.detach().expand(2, D_OUT))
     # An all-padding sequence too, causal or not.
     for causal in (True, False):
         mha.causal = causal
-        out = mha(x, torch.tensor([[True] * 5, [False] * 4 + [True]]))
+        all_padding = torch.tensor([[True] * 5, [False] * 4 + [True]])
+        out = mha(x, all_padding, need_weights=True)[0] if need_weights else mha(x, all_padding)
         assert torch.isfinite(out).all()
         assert_close(out[0], mha.out_proj.bias.detach().expand(5, D_OUT))
 
@@ -159,28 +170,64 @@ def test_dropout_in_causal_attention_only_in_training() -> None:
     assert not torch.allclose(ca(x), ca(x))
 
 
-def test_mask_buffer_follows_to_and_round_trips_through_state_dict() -> None:
+def test_no_state_grows_with_context_length() -> None:
+    """No (context_length, context_length) mask: the state is the parameters, at any length."""
+    short = MultiHeadAttention(D_IN, D_OUT, 8, 0.0, H)
+    long = MultiHeadAttention(D_IN, D_OUT, 131_072, 0.0, H)  # a mask would be 16 GiB
+    assert list(long.buffers()) == []
+    assert long.state_dict().keys() == short.state_dict().keys()
+    assert [n for n in long.state_dict()] == [n for n, _ in long.named_parameters()]
+
+
+def test_state_dict_round_trip_through_a_file() -> None:
     mha = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H)
-    assert mha.mask.dtype == torch.bool and mha.mask.shape == (CONTEXT, CONTEXT)
-    assert "mask" in mha.state_dict()
-    assert mha.to(torch.float64).mask.dtype == torch.bool  # a dtype cast leaves the mask alone
-    assert MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).to("meta").mask.device.type == "meta"
-    mha = mha.float()
     buffer = io.BytesIO()
     torch.save(mha.state_dict(), buffer)
     buffer.seek(0)
     fresh = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H)
-    fresh.load_state_dict(torch.load(buffer))
+    fresh.load_state_dict(torch.load(buffer, weights_only=True), strict=True)
     x = torch.randn(2, 7, D_IN)
-    assert torch.equal(fresh(x), mha(x))
-    assert torch.equal(fresh.mask, mha.mask)
+    assert torch.equal(fresh(x), mha(x))  # the same parameters, the same computation
 
 
-def test_mask_buffer_moves_with_the_module(device: torch.device) -> None:
+@pytest.mark.parametrize("mask_dtype", [torch.float32, torch.bool])
+def test_book_checkpoints_load_strictly_and_give_the_books_outputs(
+    mask_dtype: torch.dtype,
+) -> None:
+    """The book's state_dict holds a `mask` buffer (float in the book, bool later): it loads
+    with strict=True and every path computes what the book's module computes."""
+    torch.manual_seed(123)
+    book = BookMultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H, qkv_bias=True,
+                                  mask_dtype=mask_dtype)  # fmt: skip
+    state = book.state_dict()
+    assert state["mask"].dtype == mask_dtype
+    ours = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H, qkv_bias=True)
+    ours.load_state_dict(state, strict=True)
+    assert "mask" in state  # the caller's dict is left as it was
+    x = torch.randn(2, CONTEXT, D_IN)
+    padding = torch.arange(CONTEXT)[None, :] >= torch.tensor([CONTEXT, 5])[:, None]  # (2, T)
+    with torch.no_grad():
+        expected = book(x)  # (2, T, d_out)
+        assert_close(ours(x), expected, atol=1e-5, rtol=0)  # fused
+        assert_close(ours(x, need_weights=True)[0], expected, atol=1e-5, rtol=0)  # explicit
+        padded = ours(x, padding)  # padded: its real tokens see what the book's prefix sees
+        assert_close(padded[0], expected[0], atol=1e-5, rtol=0)
+        assert_close(padded[1, :5], book(x[1:, :5])[0], atol=1e-5, rtol=0)
+
+
+def test_a_mask_that_is_not_causal_is_refused_not_ignored() -> None:
+    state = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).state_dict()
+    state["mask"] = torch.ones(CONTEXT, CONTEXT, dtype=torch.bool).tril()  # not the book's
+    with pytest.raises(ValueError, match=r"'mask' of shape \(12, 12\) is not the causal mask"):
+        MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).load_state_dict(state)
+
+
+def test_the_module_moves_to_the_device(device: torch.device) -> None:
     mha = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).to(device)
-    assert mha.mask.device.type == device.type
-    out, _ = mha(torch.randn(1, 4, D_IN, device=device), need_weights=True)
-    assert out.device.type == device.type
+    x = torch.randn(2, 4, D_IN, device=device)
+    padding = torch.tensor([[True, False, False, False], [False] * 4], device=device)
+    for out in (mha(x), mha(x, padding), mha(x, need_weights=True)[0]):
+        assert out.device.type == device.type
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -199,3 +246,25 @@ def test_explicit_attention_rows_with_everything_masked_are_zero() -> None:
     assert torch.equal(w[0], torch.zeros(4)) and torch.equal(z[0], torch.zeros(3))
     assert torch.equal(w[1], torch.tensor([1.0, 0.0, 0.0, 0.0]))
     assert_close(w[2].sum(), torch.tensor(1.0))
+
+
+def test_float16_explicit_path_stays_finite_where_raw_scores_overflow() -> None:
+    """Q K^T beyond float16's 65504 is finite once scaled by 1/sqrt(d_k): the explicit path
+    scales Q first (as the fused kernels do), so it stays finite where the kernel does."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(64, 64, 16, 0.0, num_heads=1)
+    with torch.no_grad():
+        mha.W_query.weight.mul_(100)
+        mha.W_key.weight.mul_(100)
+    x = torch.randn(2, 8, 64)
+    with torch.no_grad():
+        expected, expected_weights = mha(x, need_weights=True)  # float32 reference
+        half = mha.half()
+        q, k = half.W_query(x.half()), half.W_key(x.half())
+        assert torch.isinf(q @ k.transpose(-2, -1)).any()  # the unscaled scores overflow
+        fused = half(x.half())
+        explicit, weights = half(x.half(), need_weights=True)
+    assert torch.isfinite(fused).all() and torch.isfinite(explicit).all()
+    assert_close(explicit.float(), expected, atol=2e-2, rtol=0)
+    assert_close(fused.float(), expected, atol=2e-2, rtol=0)
+    assert_close(weights.float(), expected_weights, atol=2e-2, rtol=0)

@@ -51,7 +51,7 @@ def test_copy_batch_is_seeded_and_copies() -> None:
 
 
 def test_copy_batch_rejects_bad_sizes() -> None:
-    with pytest.raises(ValueError, match="seq_len >= 1"):
+    with pytest.raises(ValueError, match="seq_len must be >= 1, got 0"):
         copy_batch(2, 0, VOCAB_SIZE, torch.Generator())
 
 
@@ -194,3 +194,45 @@ def test_experiment_is_deterministic(small_runs: dict[int, ExperimentResult]) ->
     assert again.attention_accuracy == first.attention_accuracy
     assert again.attention_losses == first.attention_losses
     assert torch.equal(again.alignment, first.alignment)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda m: m.generate(torch.zeros(2, 3, dtype=torch.long), out_len=0), ValueError,
+         r"out_len must be >= 1, got 0"),
+        (lambda m: m.generate(torch.zeros(2, 0, dtype=torch.long)), ValueError,
+         r"src of shape \(batch, length\), both >= 1, got \(2, 0\)"),
+        (lambda m: m.generate(torch.full((1, 3), VOCAB_SIZE)), ValueError,
+         rf"ids in src within 0 .. {VOCAB_SIZE - 1}, got {VOCAB_SIZE} .. {VOCAB_SIZE}"),
+        (lambda m: m.generate(torch.zeros(1, 3)), ValueError,
+         r"integer token ids in src, got dtype torch.float32"),
+        (lambda m: train(m, steps=0), ValueError, r"steps must be >= 1, got 0"),
+        (lambda m: train(m, steps=1, batch_size=0), ValueError, r"batch_size must be >= 1"),
+        (lambda m: evaluate_by_length(m, [0]), ValueError, r"each of lengths must be >= 1"),
+        (lambda m: Seq2Seq(1), ValueError, r"vocab_size must be >= 2, got 1"),
+        (lambda m: Seq2Seq(VOCAB_SIZE, hidden_size=8.0), TypeError, r"hidden_size must be an int"),
+    ],
+)  # fmt: skip
+def test_bad_arguments_raise_naming_them(call: object, error: type[Exception], match: str) -> None:
+    model = Seq2Seq(VOCAB_SIZE)
+    with pytest.raises(error, match=match):
+        call(model)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("s_prev", "enc_states", "match"),
+    [
+        ((2, 1, 4), (2, 3, 4), r"s_prev of shape \(batch, H\) = \(2, 4\), got \(2, 1, 4\)"),
+        ((3, 4), (2, 3, 4), r"s_prev of shape \(batch, H\) = \(2, 4\), got \(3, 4\)"),
+        ((2, 4), (2, 3, 5), r"enc_states of shape \(batch, in_len, H=4\).*got \(2, 3, 5\)"),
+        ((2, 4), (2, 0, 4), r"in_len >= 1, got \(2, 0, 4\)"),
+    ],
+)
+def test_additive_attention_checks_shapes(
+    s_prev: tuple[int, ...], enc_states: tuple[int, ...], match: str
+) -> None:
+    """A 3-d s_prev used to broadcast into a wrong shape instead of failing."""
+    attn = AdditiveAttention(hidden_size=4)
+    with pytest.raises(ValueError, match=match):
+        attn(torch.randn(s_prev), torch.randn(enc_states))

@@ -84,7 +84,7 @@ def test_corrupt_ranks_raise_naming_file_and_hashes(tmp_path: Path) -> None:
 
 def test_missing_ranks_raise_naming_file_and_hash(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "gpt2.tiktoken"
-    with pytest.raises(RanksIntegrityError, match="not found") as excinfo:
+    with pytest.raises(RanksIntegrityError, match="cannot be read") as excinfo:
         load_gpt2_ranks(missing)
     assert str(missing) in str(excinfo.value)
     assert GPT2_RANKS_SHA256 in str(excinfo.value)
@@ -258,10 +258,15 @@ def test_sliding_windows_properties(n: int, max_length: int, stride: int) -> Non
 @pytest.mark.parametrize(
     ("token_ids", "max_length", "stride", "match"),
     [
-        ([1, 2, 3], 0, 1, "max_length and stride must be >= 1"),
-        ([1, 2, 3], 2, 0, "max_length and stride must be >= 1"),
+        ([1, 2, 3], 0, 1, "max_length must be >= 1, got 0"),
+        ([1, 2, 3], 2, 0, "stride must be >= 1, got 0"),
         ([1, 2, 3], 3, 1, "need at least max_length \\+ 1 = 4 token ids .* got 3"),
-        (torch.zeros(2, 5), 2, 1, "expected token ids of shape \\(n,\\), got shape \\(2, 5\\)"),
+        (
+            torch.zeros(2, 5, dtype=torch.long),
+            2,
+            1,
+            "expected token ids of shape \\(n,\\), got shape \\(2, 5\\)",
+        ),
     ],
 )
 def test_sliding_windows_bad_input(
@@ -351,3 +356,43 @@ def test_pipeline_text_to_attention() -> None:
     assert x.shape == (batch_size, max_length, d_in)
     mha = MultiHeadAttention(d_in, d_out=64, context_length=max_length, dropout=0.0, num_heads=4)
     assert mha(x).shape == (batch_size, max_length, 64)
+
+
+@pytest.mark.parametrize(
+    ("token_ids", "error", "match"),
+    [
+        (torch.tensor([6109, -1]), ValueError,
+         r"token id -1 at position 1 is outside the vocabulary 0 .. 50256"),
+        (torch.tensor([[50257]]), ValueError, r"token id 50257 at position 0 is outside"),
+        (torch.tensor([1.0, 2.0]), TypeError, r"tensor of integer token ids, got torch.float32"),
+        ([1, 2], TypeError, r"tensor of integer token ids, got list"),
+    ],
+)  # fmt: skip
+def test_token_ids_to_text_rejects_what_is_no_token(
+    token_ids: object, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        token_ids_to_text(token_ids)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ids", [[1.0, 2.5, 3.7, 4.2], torch.tensor([1.0, 2.0, 3.0, 4.0])])
+def test_sliding_windows_refuses_float_ids_instead_of_truncating(ids: object) -> None:
+    with pytest.raises(TypeError, match=r"expected integer token ids, got dtype torch\.float"):
+        sliding_windows(ids, max_length=2, stride=1)  # type: ignore[arg-type]
+
+
+def test_a_ranks_path_that_is_a_directory_is_an_integrity_error(tmp_path: Path) -> None:
+    with pytest.raises(RanksIntegrityError, match="cannot be read") as excinfo:
+        load_gpt2_ranks(tmp_path)
+    assert str(tmp_path) in str(excinfo.value)
+
+
+def test_embedding_rejects_float_and_out_of_vocabulary_ids() -> None:
+    embedding = TokenAndPositionEmbedding(10, context_length=4, d_in=3)
+    with pytest.raises(TypeError, match=r"expected integer token ids, got dtype torch\.float32"):
+        embedding(torch.zeros(1, 2))
+    with pytest.raises(ValueError, match=r"token ids must be in 0 .. 9 \(vocab_size=10\), got "
+                                         r"ids from -1 to 10"):  # fmt: skip
+        embedding(torch.tensor([[-1, 10]]))
+    with pytest.raises(ValueError, match="context_length must be >= 1, got 0"):
+        TokenAndPositionEmbedding(10, context_length=0, d_in=3)

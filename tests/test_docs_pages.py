@@ -1,0 +1,77 @@
+"""The documentation pages as a reader sees them: no shown code relies on hidden code.
+
+A markdown-exec block without `source=` runs but is not shown (a figure, a printed source).
+A name that a shown block uses must be defined by a shown block before it (or in itself), or
+the reader who copies the page's code gets a NameError.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted((ROOT / "docs").glob("*.md"))
+BLOCK = re.compile(
+    r"^```python (?P<options>[^\n]*exec=\"1\"[^\n]*)\n(?P<code>.*?)^```$", re.M | re.S
+)
+
+
+def defined_and_used(code: str) -> tuple[set[str], set[str]]:
+    """Names a block binds anywhere (imports, assignments, defs, loop and `as` targets,
+    arguments), and names it reads."""
+    tree = ast.parse(code)
+    defined: set[str] = set()
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+        elif isinstance(node, ast.alias):
+            defined.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef | ast.AsyncFunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            defined.add(node.name)
+    return defined, used
+
+
+def hidden_names(page: Path) -> list[str]:
+    """`block N uses NAME` for each name a shown block takes from a hidden one."""
+    shown: dict[str, set[str]] = {}  # session -> names defined by shown blocks so far
+    hidden: dict[str, set[str]] = {}  # session -> names defined by hidden blocks so far
+    problems = []
+    for number, match in enumerate(BLOCK.finditer(page.read_text(encoding="utf-8")), 1):
+        session = re.search(r'session="([^"]+)"', match["options"])
+        key = session[1] if session else f"block {number}"
+        defined, used = defined_and_used(match["code"])
+        if "source=" in match["options"]:
+            seen = shown.setdefault(key, set()) | defined | set(dir(builtins))
+            problems += [
+                f"block {number} uses {name!r}"
+                for name in sorted(used - seen)
+                if name in hidden.get(key, set())
+            ]
+            shown[key] |= defined
+        else:
+            hidden.setdefault(key, set()).update(defined)
+    return problems
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_shown_code_does_not_use_names_only_hidden_code_defines(page: Path) -> None:
+    assert hidden_names(page) == []
+
+
+def test_the_check_finds_a_name_from_a_hidden_block(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        '```python exec="1" session="s"\nfrom attention import causal_mask\nx = 1\n```\n\n'
+        '```python exec="1" source="block" session="s"\nprint(causal_mask(x), len([x]))\n```\n'
+    )
+    assert hidden_names(page) == ["block 2 uses 'causal_mask'", "block 2 uses 'x'"]
