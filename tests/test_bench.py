@@ -147,15 +147,24 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         assert row["runs"] == len(row["times_s"]) >= cfg.min_repeats
         if row["impl"] == bench.REFERENCE:
             assert row["ratio_to_reference"] == 1.0
-        if row["impl"] != "matmul":
+        if row["impl"] != "matmul" and row["experiment"] != "construct":
             assert row["peak_bytes"] > 0 and row["state_bytes"] > 0
+    # Construction at a long context: the state is the four projections' parameters only.
+    (construct,) = [r for r in measured if r["experiment"] == "construct"]
+    d = cfg.gpt2.d_model
+    assert construct["context_length"] == cfg.construct_context_length
+    assert construct["state_bytes"] == 4 * (4 * d * d + d)  # W_q, W_k, W_v, W_o and b_o
     # The explicit path returns the (b, h, T, T) weights: the meter must see at least those.
     explicit = next(r for r in measured if r["impl"] == "explicit" and r["mode"] == "forward")
     weights_bytes = 4 * explicit["batch"] * explicit["num_heads"] * explicit["num_tokens"] ** 2
     assert explicit["peak_bytes"] >= weights_bytes
+    longest = max(cfg.sweep_tokens)
     assert {t["target"].split(" (")[0] for t in results["targets"]} >= {
         "fwd+bwd time vs SDPA reference",
         "fwd+bwd time vs torch.nn.MultiheadAttention",
+        f"peak forward memory at {longest} tokens, production vs SDPA reference",
+        f"peak forward memory at {longest} tokens, right-padded vs unpadded",
+        f"construction time at context_length={cfg.construct_context_length}",
     }
 
 
