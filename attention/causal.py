@@ -13,10 +13,11 @@ $$
 
 from __future__ import annotations
 
-import torch
+import torch  # noqa: F401  (the examples below use it)
 from torch import Tensor, nn
 
-from attention.core import check_dropout, check_input, check_size, explicit_attention
+from attention.checks import check_dropout, check_flag, check_input, check_size
+from attention.core import causal_mask, explicit_attention
 
 __all__ = ["CausalAttention"]
 
@@ -71,6 +72,7 @@ class CausalAttention(nn.Module):
         for name, value in (("d_in", d_in), ("d_out", d_out), ("context_length", context_length)):
             check_size(name, value)
         check_dropout(dropout)
+        check_flag("qkv_bias", qkv_bias)
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
@@ -78,8 +80,7 @@ class CausalAttention(nn.Module):
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.dropout = nn.Dropout(dropout)
-        ones = torch.ones(context_length, context_length, dtype=torch.bool)
-        self.register_buffer("mask", torch.triu(ones, diagonal=1))
+        self.register_buffer("mask", causal_mask(context_length))
 
     def forward(self, x: Tensor) -> Tensor:
         """`(batch, num_tokens, d_in)` -> context vectors `(batch, num_tokens, d_out)`."""
@@ -90,7 +91,5 @@ class CausalAttention(nn.Module):
         values = self.W_value(x)  # (b, num_tokens, d_out)
         # The buffer is sized for context_length; this sequence needs its top-left corner.
         mask = self.mask[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
-        context_vec, _ = explicit_attention(
-            queries, keys, values, mask, dropout_p=self.dropout.p, training=self.training
-        )
+        context_vec, _ = explicit_attention(queries, keys, values, mask, dropout=self.dropout)
         return context_vec  # (b, num_tokens, d_out)

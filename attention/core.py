@@ -26,18 +26,21 @@ Masks are boolean and **True marks a position that must not be attended to**, as
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from attention.checks import check_size, check_tensor
+
 __all__ = [
     "attention_scores",
     "causal_mask",
-    "check_dropout",
-    "check_input",
-    "check_size",
     "explicit_attention",
     "padding_to_attn_mask",
+    "right_padded",
+    "rotate_tokens",
+    "shift_to_right_padding",
     "softmax_stable",
 ]
 
@@ -54,7 +57,9 @@ def attention_scores(queries: Tensor, keys: Tensor) -> Tensor:
         $\omega_{ij} = q^{(i)} \cdot k^{(j)}$.
 
     Raises:
-        ValueError: if queries and keys do not share their last dimension $d_k$.
+        TypeError: not floating-point tensors of one dtype.
+        ValueError: not at least 2-d, on different devices, or not sharing their last
+            dimension $d_k$.
 
     Examples:
         >>> q = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
@@ -62,6 +67,13 @@ def attention_scores(queries: Tensor, keys: Tensor) -> Tensor:
         tensor([[1., 0.],
                 [0., 4.]])
     """
+    check_tensor("queries", queries, floating=True)
+    check_tensor("keys", keys, like=queries)
+    if queries.ndim < 2 or keys.ndim < 2:
+        raise ValueError(
+            "queries and keys must be at least 2-d, (..., num_tokens, d_k): "
+            f"got queries {tuple(queries.shape)} and keys {tuple(keys.shape)}"
+        )
     if queries.shape[-1] != keys.shape[-1]:
         raise ValueError(
             "queries and keys must share d_k (their last dimension): "
@@ -88,12 +100,23 @@ def softmax_stable(x: Tensor, dim: int = -1) -> Tensor:
     Returns:
         Weights with the shape of `x`, non-negative, summing to 1 along `dim`.
 
+    Raises:
+        TypeError: `x` is not a floating-point tensor.
+        ValueError: `dim` is not one of `x`'s dimensions.
+
     Examples:
         >>> softmax_stable(torch.tensor([1000.0, 1000.0]))
         tensor([0.5000, 0.5000])
         >>> softmax_stable(torch.empty(2, 0))  # nothing to normalise: empty, as torch.softmax
         tensor([], size=(2, 0))
     """
+    check_tensor("x", x, floating=True)
+    if x.ndim == 0:  # one number: its weight is 1, as torch.softmax gives
+        return torch.ones_like(x)
+    if not -x.ndim <= dim < x.ndim:
+        raise ValueError(
+            f"dim must be in -{x.ndim} .. {x.ndim - 1} for x of shape {tuple(x.shape)}, got {dim}"
+        )
     if x.shape[dim] == 0:  # no maximum to subtract; the result is as empty as the input
         return torch.empty_like(x)
     m = x.amax(dim=dim, keepdim=True)
@@ -120,6 +143,7 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> Te
                 [False, False,  True],
                 [False, False, False]])
     """
+    check_size("num_tokens", num_tokens, minimum=0)
     ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device)
     return torch.triu(ones, diagonal=1)
 
@@ -134,11 +158,69 @@ def padding_to_attn_mask(key_padding_mask: Tensor) -> Tensor:
         Bool tensor of shape `(batch, 1, 1, num_keys)`, ready to be or-ed with a causal mask of
         shape `(num_queries, num_keys)`.
 
+    Raises:
+        TypeError: not a bool tensor.
+        ValueError: not 2-d.
+
     Examples:
         >>> padding_to_attn_mask(torch.tensor([[False, True]])).shape
         torch.Size([1, 1, 1, 2])
     """
+    check_tensor("key_padding_mask", key_padding_mask, ndim=2)
+    if key_padding_mask.dtype != torch.bool:
+        raise TypeError(
+            f"key_padding_mask must be a bool tensor, got dtype {key_padding_mask.dtype}"
+        )
     return key_padding_mask[:, None, None, :]
+
+
+def right_padded(key_padding_mask: Tensor) -> bool:
+    """Whether every row is real tokens, then padding (`[F, ..., F, T, ..., T]`): O(b T).
+
+    Examples:
+        >>> right_padded(torch.tensor([[False, True], [False, False]]))
+        True
+        >>> right_padded(torch.tensor([[True, False]]))
+        False
+    """
+    return bool((key_padding_mask[:, :-1] <= key_padding_mask[:, 1:]).all())
+
+
+def shift_to_right_padding(key_padding_mask: Tensor) -> Tensor | None:
+    """How far to rotate each row so that its real tokens come first, or None.
+
+    None when every row already starts with its real tokens (no rotation needed), or when some
+    row's real tokens are not one contiguous run (no rotation makes it right-padded).
+    Otherwise the first real position of each row (0 for an all-padding row): O(b T).
+
+    Examples:
+        >>> left = torch.tensor([[True, True, False], [False, False, False]])
+        >>> shift_to_right_padding(left)  # rotate row 0 left by 2, row 1 not at all
+        tensor([2, 0])
+        >>> rotate_tokens(left, shift_to_right_padding(left))  # now right-padded
+        tensor([[False,  True,  True],
+                [False, False, False]])
+    """
+    real = ~key_padding_mask  # (b, T)
+    first = real.int().argmax(dim=1)  # (b,): the first real token (0 if there is none)
+    if not bool(first.any()):
+        return None
+    positions = torch.arange(real.shape[1], device=real.device)  # (T,)
+    last = first + real.sum(dim=1)  # (b,): one past the last real token
+    run = (positions >= first[:, None]) & (positions < last[:, None])  # (b, T)
+    return first if bool((run == real).all()) else None
+
+
+def rotate_tokens(t: Tensor, shift: Tensor) -> Tensor:
+    """Row `i` of `t` (`(b, T, ...)`) rotated left by `shift[i]` tokens: `t[i, (j + s) % T]`.
+
+    `rotate_tokens(rotate_tokens(t, shift), -shift)` is `t`.
+    """
+    num_tokens = t.shape[1]
+    positions = torch.arange(num_tokens, device=t.device)  # (T,)
+    index = (positions + shift[:, None]) % num_tokens  # (b, T)
+    index = index.view(*index.shape, *([1] * (t.ndim - 2))).expand_as(t)
+    return t.gather(1, index)
 
 
 def explicit_attention(
@@ -146,8 +228,7 @@ def explicit_attention(
     keys: Tensor,
     values: Tensor,
     mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-    training: bool = False,
+    dropout: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Scaled dot-product attention written out step by step; returns the weights too.
 
@@ -158,20 +239,26 @@ def explicit_attention(
 
     A query whose every key is masked (a padded position under left padding, say) gets all-zero
     weights and a zero context vector instead of the $0/0 = $ NaN that a plain softmax over
-    $-\infty$ would give.
+    $-\infty$ would give. A masked key's weight is exactly 0, but $0 \cdot \text{NaN}$ is NaN:
+    a NaN or infinite *value* at a masked key still reaches $Z$, as in PyTorch's own kernels.
+    (The production module zeroes padded inputs first, so padding never carries one.)
 
     Args:
         queries: $Q$, shape `(..., num_queries, d_k)`.
         keys: $K$, shape `(..., num_keys, d_k)`.
         values: $V$, shape `(..., num_keys, d_v)`.
         mask: optional bool, broadcastable to `(..., num_queries, num_keys)`; True = masked.
-        dropout_p: probability of zeroing an attention weight (the rest are scaled by
-            $1/(1-p)$); applied only if `training`.
-        training: whether dropout is active.
+        dropout: applied to the weights right after the softmax: a module's `nn.Dropout`,
+            which zeroes each weight with probability $p$ and scales the rest by $1/(1-p)$ in
+            training mode, and does nothing in eval mode.
 
     Returns:
         `(context_vec, attn_weights)` of shapes `(..., num_queries, d_v)` and
         `(..., num_queries, num_keys)`.
+
+    Raises:
+        TypeError: tensors of different dtypes, or a mask that is not bool.
+        ValueError: shapes that do not fit together, or tensors on different devices.
 
     Examples:
         >>> q = k = v = torch.eye(3)  # three tokens, d_k = d_v = 3
@@ -181,6 +268,7 @@ def explicit_attention(
         >>> w[0]  # the first token can only look at itself
         tensor([1., 0., 0.])
     """
+    _check_values_and_mask(queries, keys, values, mask)
     d_k = keys.shape[-1]
     # omega / sqrt(d_k) = (Q / sqrt(d_k)) K^T: scaling Q first keeps float16 scores finite
     attn_scores = attention_scores(queries / math.sqrt(d_k), keys)  # (..., n_q, n_k)
@@ -196,143 +284,40 @@ def explicit_attention(
     attn_weights = attn_weights.to(attn_scores.dtype)  # (..., n_q, n_k)
     if fully_masked is not None:
         attn_weights = attn_weights.masked_fill(fully_masked, 0.0)
-    attn_weights = torch.nn.functional.dropout(attn_weights, p=dropout_p, training=training)
+    if dropout is not None:
+        attn_weights = dropout(attn_weights)  # alpha~: (..., n_q, n_k)
     # Z = alpha V
     context_vec = attn_weights @ values  # (..., n_q, d_v)
     return context_vec, attn_weights
 
 
+def _check_values_and_mask(
+    queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None
+) -> None:
+    check_tensor("values", values, like=queries)
+    if values.ndim < 2 or values.shape[-2] != keys.shape[-2]:
+        raise ValueError(
+            "values must be (..., num_keys, d_v) with the keys' num_keys: "
+            f"got keys {tuple(keys.shape)} and values {tuple(values.shape)}"
+        )
+    if mask is None:
+        return
+    check_tensor("mask", mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = masked), got dtype {mask.dtype}")
+    scores = (
+        *torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2]),
+        queries.shape[-2],
+        keys.shape[-2],
+    )
+    try:
+        torch.broadcast_shapes(mask.shape, scores)
+    except RuntimeError:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"(..., num_queries, num_keys) = {scores}"
+        ) from None
+
+
 def _softmax_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def check_input(
-    x: Tensor,
-    d_in: int,
-    context_length: int | None = None,
-    *,
-    batched: bool,
-    like: Tensor | None = None,
-) -> None:
-    """Raise an error naming the expected and the actual value of an attention input.
-
-    Args:
-        x: the input tensor.
-        d_in: the expected last dimension.
-        context_length: the longest sequence the module supports, if it has a limit.
-        batched: whether `x` must be `(batch, num_tokens, d_in)`; otherwise
-            `(num_tokens, d_in)` is also accepted.
-        like: a parameter of the module: `x` must have its dtype (unless autocast is on for
-            its device) and its device.
-
-    Raises:
-        TypeError: `x` is not a tensor, not floating point, or not of `like`'s dtype.
-        ValueError: wrong rank, wrong last dimension, too many tokens, or not on `like`'s
-            device.
-
-    Examples:
-        >>> check_input(torch.zeros(2, 7, 3), d_in=3, context_length=6, batched=True)
-        Traceback (most recent call last):
-        ...
-        ValueError: sequence of 7 tokens is longer than context_length=6
-        >>> check_input(torch.zeros(2, 6, 3, dtype=torch.long), d_in=3, batched=True)
-        Traceback (most recent call last):
-        ...
-        TypeError: expected a floating-point input (embeddings, not ids), got dtype torch.int64
-    """
-    if not isinstance(x, Tensor):
-        raise TypeError(f"expected the input x to be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(
-            f"expected a floating-point input (embeddings, not ids), got dtype {x.dtype}"
-        )
-    if like is not None:
-        if x.device != like.device:
-            raise ValueError(
-                f"expected the input on {like.device} (where the module's parameters are), "
-                f"got it on {x.device}: move one with .to()"
-            )
-        if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
-            raise TypeError(
-                f"expected input of dtype {like.dtype} (the module's parameters), got "
-                f"{x.dtype}: convert the input with x.to({like.dtype}) or the module with "
-                f".to({x.dtype})"
-            )
-    expected = "(batch, num_tokens, d_in)" if batched else "(num_tokens, d_in)"
-    ranks = (3,) if batched else (2, 3)
-    if x.ndim not in ranks:
-        raise ValueError(
-            f"expected input of shape {expected} with d_in={d_in}, "
-            f"got a {x.ndim}-d tensor of shape {tuple(x.shape)}"
-        )
-    if x.shape[-1] != d_in:
-        raise ValueError(
-            f"expected input of shape {expected} with d_in={d_in}, "
-            f"got last dimension {x.shape[-1]} (shape {tuple(x.shape)})"
-        )
-    num_tokens = x.shape[-2]
-    if context_length is not None and num_tokens > context_length:
-        raise ValueError(
-            f"sequence of {num_tokens} tokens is longer than context_length={context_length}"
-        )
-
-
-def check_size(name: str, value: object, *, minimum: int = 1) -> int:
-    """Check that a size argument (a width, a count, a length) is an int of at least `minimum`.
-
-    Args:
-        name: the argument's name, for the message.
-        value: what was passed.
-        minimum: the smallest allowed value.
-
-    Returns:
-        `value`, as an `int`.
-
-    Raises:
-        TypeError: `value` is not an int (a float, a bool or a tensor, say).
-        ValueError: `value` is below `minimum`.
-
-    Examples:
-        >>> check_size("num_heads", 2.0)
-        Traceback (most recent call last):
-        ...
-        TypeError: num_heads must be an int, got 2.0 (float)
-        >>> check_size("context_length", 0)
-        Traceback (most recent call last):
-        ...
-        ValueError: context_length must be >= 1, got 0
-    """
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def check_dropout(value: object, name: str = "dropout") -> float:
-    """Check that a dropout probability is a real number in $[0, 1)$.
-
-    $p = 1$ would drop every weight and scale the rest by $1/(1-p)$, a division by zero.
-
-    Args:
-        value: what was passed.
-        name: the argument's name, for the message.
-
-    Returns:
-        `value`, as a `float`.
-
-    Raises:
-        TypeError: `value` is not a real number (None, a string, a bool).
-        ValueError: `value` is outside $[0, 1)$, or NaN.
-
-    Examples:
-        >>> check_dropout(1.5)
-        Traceback (most recent call last):
-        ...
-        ValueError: dropout must be a probability in [0, 1), got 1.5
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a float in [0, 1), got {value!r} ({type(value).__name__})")
-    if not 0.0 <= value < 1.0:  # False for NaN too
-        raise ValueError(f"{name} must be a probability in [0, 1), got {value}")
-    return float(value)

@@ -26,13 +26,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.causal import CausalAttention
+from attention.checks import check_dropout, check_flag, check_input, check_size
 from attention.core import (
     causal_mask,
-    check_dropout,
-    check_input,
-    check_size,
     explicit_attention,
     padding_to_attn_mask,
+    right_padded,
+    rotate_tokens,
+    shift_to_right_padding,
 )
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
@@ -152,7 +153,8 @@ class MultiHeadAttention(nn.Module):
         W_key: `nn.Linear(d_in, d_out)`.
         W_value: `nn.Linear(d_in, d_out)`.
         out_proj: `nn.Linear(d_out, d_out)`, $W_o$ and $b_o$.
-        dropout: `nn.Dropout(dropout)`; its `p` is passed to the kernel.
+        dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
+            kernel gets its `p` in training mode.
         head_dim: $d_h$ = `d_out // num_heads`.
 
     Raises:
@@ -207,7 +209,8 @@ class MultiHeadAttention(nn.Module):
         self.context_length = context_length
         self.num_heads = num_heads
         self.head_dim = d_out // num_heads
-        self.causal = bool(causal)
+        self.causal = check_flag("causal", causal)
+        check_flag("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
@@ -260,6 +263,7 @@ class MultiHeadAttention(nn.Module):
                 mask of the wrong shape or dtype.
         """
         check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
+        check_flag("need_weights", need_weights)
         b, num_tokens, _ = x.shape
         shift = None
         if key_padding_mask is not None:
@@ -267,14 +271,14 @@ class MultiHeadAttention(nn.Module):
             # Padded positions must not matter at all: not even a NaN there may reach the
             # real outputs (0 * NaN = NaN inside a matmul), so their inputs are zeroed first.
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
-            if self.causal and not need_weights and not torch.compiler.is_exporting():
+            if self.causal and not need_weights and _can_read(key_padding_mask):
                 # The kernel needs no mask for real tokens followed by padding (see _fused).
                 # Rows whose real tokens are one run elsewhere (left padding) are rotated
                 # into that layout here, and their outputs rotated back at the end.
-                shift = _shift_to_right_padding(key_padding_mask)  # (b,) or None
+                shift = shift_to_right_padding(key_padding_mask)  # (b,) or None
                 if shift is not None:
-                    x = _rotate(x, shift)  # (b, T, d_in)
-                    key_padding_mask = _rotate(key_padding_mask, shift)  # (b, T)
+                    x = rotate_tokens(x, shift)  # (b, T, d_in)
+                    key_padding_mask = rotate_tokens(key_padding_mask, shift)  # (b, T)
 
         # Q = X W_q, K = X W_k, V = X W_v, then split d_out into num_heads x head_dim
         # and move heads before tokens: (b, T, d_out) -> (b, T, h, d_h) -> (b, h, T, d_h)
@@ -283,21 +287,21 @@ class MultiHeadAttention(nn.Module):
         values = self._split_heads(self.W_value(x))  # (b, h, T, d_h)
         del x  # a zeroed or rotated copy is freed here, before the kernel (when not training)
 
-        dropout_p = self.dropout.p if self.training else 0.0
         attn_weights = None
         if need_weights:
             mask = self._attn_mask(num_tokens, key_padding_mask, values.device)  # (T, T)|(b,1,T,T)
             context_vec, attn_weights = explicit_attention(
-                queries, keys, values, mask, dropout_p=dropout_p, training=self.training
+                queries, keys, values, mask, dropout=self.dropout
             )
         else:
+            dropout_p = self.dropout.p if self.training else 0.0  # the kernel drops weights itself
             context_vec = self._fused(queries, keys, values, key_padding_mask, dropout_p)
 
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         if shift is not None:
-            out = _rotate(out, -shift)  # every token back in its place
+            out = rotate_tokens(out, -shift)  # every token back in its place
         if need_weights:
             assert attn_weights is not None
             return out, attn_weights
@@ -349,7 +353,7 @@ class MultiHeadAttention(nn.Module):
                 queries, keys, values, dropout_p=dropout_p, is_causal=self.causal
             )
         padded_query = key_padding_mask[:, None, :, None]  # (b, 1, T, 1)
-        if self.causal and not torch.compiler.is_exporting() and _right_padded(key_padding_mask):
+        if self.causal and _can_read(key_padding_mask) and right_padded(key_padding_mask):
             context_vec = F.scaled_dot_product_attention(
                 queries, keys, values, dropout_p=dropout_p, is_causal=True
             )
@@ -450,35 +454,14 @@ class MultiHeadAttention(nn.Module):
         return fused.train(wrapper.training)
 
 
-def _shift_to_right_padding(key_padding_mask: Tensor) -> Tensor | None:
-    """How far to rotate each row so that its real tokens come first, or None.
-
-    None when every row already starts with its real tokens (no rotation needed), or when some
-    row's real tokens are not one contiguous run (then no rotation makes it right-padded).
-    Otherwise the first real position of each row (0 for an all-padding row): O(b T).
-    """
-    real = ~key_padding_mask  # (b, T)
-    first = real.int().argmax(dim=1)  # (b,): the first real token (0 if there is none)
-    if not bool(first.any()):
-        return None
-    positions = torch.arange(real.shape[1], device=real.device)  # (T,)
-    last = first + real.sum(dim=1)  # (b,): one past the last real token
-    run = (positions >= first[:, None]) & (positions < last[:, None])  # (b, T)
-    return first if bool((run == real).all()) else None
-
-
-def _rotate(t: Tensor, shift: Tensor) -> Tensor:
-    """Row `i` of `t` (`(b, T, ...)`) rotated left by `shift[i]` tokens: `t[i, (j + s) % T]`."""
-    num_tokens = t.shape[1]
-    positions = torch.arange(num_tokens, device=t.device)  # (T,)
-    index = (positions + shift[:, None]) % num_tokens  # (b, T)
-    index = index.view(*index.shape, *([1] * (t.ndim - 2))).expand_as(t)
-    return t.gather(1, index)
-
-
-def _right_padded(key_padding_mask: Tensor) -> bool:
-    """Whether every row is real tokens, then padding (`[F, ..., F, T, ..., T]`): O(b T)."""
-    return bool((key_padding_mask[:, :-1] <= key_padding_mask[:, 1:]).all())
+def _can_read(key_padding_mask: Tensor) -> bool:
+    """Whether the mask's values may steer the computation: not while exporting (one program
+    for every mask), not on the meta device (no values), not for zero tokens (nothing to do)."""
+    return (
+        not torch.compiler.is_exporting()
+        and key_padding_mask.device.type != "meta"
+        and key_padding_mask.shape[1] > 0
+    )
 
 
 def _drop_book_mask(
@@ -494,14 +477,25 @@ def _drop_book_mask(
     entry is checked and dropped. Any other mask would change what the module computes, and
     is refused rather than silently ignored.
     """
-    mask = state_dict.pop(prefix + "mask", None)
-    if mask is None:
+    key = prefix + "mask"
+    if key not in state_dict:
         return
-    n = mask.shape[0] if mask.ndim == 2 else -1
-    if mask.shape != (n, n) or not torch.equal(mask.bool(), causal_mask(n, device=mask.device)):
+    mask = state_dict.pop(key)
+    causal = getattr(module, "causal", True)
+    if not isinstance(mask, Tensor) or mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
+        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"the state_dict's {key!r} must be a square (n, n) tensor, got {shape}")
+    if mask.device.type != "meta" and not torch.equal(
+        mask.bool(), causal_mask(mask.shape[0], device=mask.device)
+    ):
         raise ValueError(
-            f"the state_dict's {prefix + 'mask'!r} of shape {tuple(mask.shape)} is not the "
-            "causal mask triu(ones(n, n), diagonal=1) that a book checkpoint holds: "
-            "MultiHeadAttention computes its mask (causal or none, by `causal`) and "
-            "cannot load another"
+            f"the state_dict's {key!r} is not the causal mask triu(ones(n, n), diagonal=1) "
+            "that a book checkpoint holds: MultiHeadAttention computes its mask (causal or "
+            "none, by `causal`) and cannot load another"
+        )
+    if not causal:
+        raise ValueError(
+            f"the state_dict's {key!r} is a causal mask, but this module has causal=False: "
+            "load it into a causal module, or delete the entry to reuse the weights "
+            "without the mask"
         )

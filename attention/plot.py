@@ -34,7 +34,10 @@ if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functio
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["bars", "heatmap", "lines", "source", "svg"]
+__all__ = ["bars", "heatmap", "lines", "row", "source", "svg"]
+
+MAX_HEATMAP_SIDE = 128
+"""The most rows or columns [`heatmap`][attention.plot.heatmap] draws, one labelled cell each."""
 
 _INK = "#010203"
 """Stand-in colour for text, spines and ticks; `svg` rewrites it to `currentColor`."""
@@ -71,6 +74,12 @@ def _rc_context() -> Any:
 def _to_matrix(weights: Any) -> list[list[float]]:
     """A 2-D tensor/array/nested list as a list of rows of floats."""
     if hasattr(weights, "detach"):  # torch.Tensor
+        if weights.ndim != 2 or weights.is_complex():
+            raise ValueError(
+                "expected real weights of shape (num_queries, num_keys), "
+                f"got {weights.dtype} of shape {tuple(weights.shape)}: select one matrix, "
+                "e.g. attn_weights[0, head]"
+            )
         weights = weights.detach().cpu().tolist()
     elif hasattr(weights, "tolist"):  # numpy array
         weights = weights.tolist()
@@ -83,7 +92,18 @@ def _to_matrix(weights: Any) -> list[list[float]]:
         raise ValueError(
             f"expected a non-empty 2-D matrix (num_queries, num_keys), got {weights!r:.60}"
         )
-    return [[float(v) for v in row] for row in weights]
+    try:
+        return [[float(v) for v in row] for row in weights]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a 2-D matrix of numbers, got {weights!r:.60}") from None
+
+
+def _numbers(name: str, values: Any) -> list[float]:
+    """`values` as a list of floats, or a TypeError naming `name`."""
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of real numbers, got {values!r:.40}") from None
 
 
 def heatmap(
@@ -130,11 +150,19 @@ def heatmap(
 
     rows = _to_matrix(weights)
     num_queries, num_keys = len(rows), len(rows[0])
+    if max(num_queries, num_keys) > MAX_HEATMAP_SIDE:
+        raise ValueError(
+            f"a heatmap draws one labelled cell per weight: ({num_queries}, {num_keys}) is too "
+            f"many to read (at most {MAX_HEATMAP_SIDE} per side); pass a slice, e.g. "
+            f"weights[:{MAX_HEATMAP_SIDE // 2}, :{MAX_HEATMAP_SIDE // 2}]"
+        )
     key_labels = query_labels if key_labels is None else key_labels
     for name, labels, n, what in (
         ("query_labels", query_labels, num_queries, "row"),
         ("key_labels", key_labels, num_keys, "column"),
     ):
+        if isinstance(labels, str) or not isinstance(labels, Sequence):
+            raise TypeError(f"{name} must be a sequence of strings, got {labels!r:.40}")
         if len(labels) != n:
             raise ValueError(
                 f"expected {n} {name} (one per {what} of weights ({num_queries}, {num_keys})), "
@@ -233,8 +261,11 @@ def lines(
     """
     from matplotlib.figure import Figure
 
+    x = _numbers("x", x)
+    if not isinstance(series, Mapping):
+        raise TypeError(f"series must map names to y values, got {type(series).__name__}")
     for name, ys in series.items():
-        if len(ys) != len(x):
+        if len(_numbers(f"series {name!r}", ys)) != len(x):
             raise ValueError(f"expected {len(x)} values in series {name!r}, got {len(ys)}")
     with _rc_context():
         fig = Figure(figsize=(7.0, 4.2), layout="constrained")
@@ -283,7 +314,9 @@ def bars(
     """
     from matplotlib.figure import Figure
 
-    values = [float(v) for v in values]
+    values = _numbers("values", values)
+    if isinstance(labels, str) or not isinstance(labels, Sequence):
+        raise TypeError(f"labels must be a sequence of strings, got {labels!r:.40}")
     if len(labels) != len(values):
         raise ValueError(f"expected {len(labels)} values (one per label), got {len(values)}")
     with _rc_context():
@@ -324,6 +357,11 @@ def svg(fig: Figure) -> str:
     """
     from html import escape
 
+    from matplotlib.figure import Figure
+
+    if not isinstance(fig, Figure):
+        what = type(fig).__name__
+        raise TypeError(f"fig must be a matplotlib Figure (heatmap, lines, bars), got {what}")
     buffer = io.StringIO()
     with _rc_context():
         fig.savefig(buffer, format="svg", transparent=True, bbox_inches="tight")
@@ -350,6 +388,24 @@ def svg(fig: Figure) -> str:
         aria = f' aria-label="{escape(axes_titles[0])}"'
     root = f'<svg class="attention-figure" role="img"{aria} style="{_SVG_STYLE}" '
     return text.replace("<svg ", root, 1)
+
+
+def row(*figures: Figure) -> str:
+    """Figures side by side where the column is wide enough, stacked where it is not.
+
+    Args:
+        figures: matplotlib figures, each turned into SVG by [`svg`][attention.plot.svg].
+
+    Returns:
+        One HTML `<div class="figure-row">` (a CSS grid: the site's stylesheet sets each
+        column to at least 18rem, or the whole width on a phone).
+
+    Examples:
+        >>> html = row(bars(["a"], [1.0], ylabel="y"), bars(["b"], [2.0], ylabel="y"))
+        >>> html.startswith('<div class="figure-row">') and html.count("<svg") == 2
+        True
+    """
+    return '<div class="figure-row">' + "".join(svg(fig) for fig in figures) + "</div>"
 
 
 def source(*objs: Any, docstrings: bool = False) -> str:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attention.core import attention_scores, check_input, check_size, explicit_attention
+from attention.checks import check_flag, check_input, check_size
+from attention.core import attention_scores, explicit_attention
 
 __all__ = ["SelfAttentionV1", "SelfAttentionV2"]
 
@@ -104,6 +105,7 @@ class SelfAttentionV2(nn.Module):
         super().__init__()
         check_size("d_in", d_in)
         check_size("d_out", d_out)
+        check_flag("qkv_bias", qkv_bias)
         self.d_in = d_in
         self.d_out = d_out
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attention.checks import check_tensor
 from attention.core import attention_scores, softmax_stable
 
 __all__ = [
@@ -92,6 +93,7 @@ def attn_scores_for_query(inputs: Tensor, query: Tensor) -> Tensor:
         tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])
     """
     _check_tokens(inputs)
+    check_tensor("query", query, like=inputs)
     if query.shape != inputs.shape[1:]:
         raise ValueError(
             f"expected a query of shape (d_in,) = ({inputs.shape[1]},), got {tuple(query.shape)}"
@@ -215,6 +217,7 @@ def context_vector(inputs: Tensor, attn_weights: Tensor) -> Tensor:
         tensor([0.4419, 0.6515, 0.5683])
     """
     _check_tokens(inputs)
+    check_tensor("attn_weights", attn_weights, like=inputs)
     if attn_weights.shape != inputs.shape[:1]:
         raise ValueError(
             f"expected one weight per token, shape (num_tokens,) = ({inputs.shape[0]},), "
@@ -246,6 +249,7 @@ def context_vectors(inputs: Tensor, attn_weights: Tensor) -> Tensor:
         tensor([0.4419, 0.6515, 0.5683])
     """
     _check_tokens(inputs)
+    check_tensor("attn_weights", attn_weights, like=inputs)
     n = inputs.shape[0]
     if attn_weights.shape != (n, n):
         raise ValueError(

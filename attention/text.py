@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
-from attention.core import check_size
+from attention.checks import check_ids, check_size
 
 if TYPE_CHECKING:
     import tiktoken
@@ -197,9 +197,22 @@ def text_to_token_ids(text: str, tokenizer: tiktoken.Encoding | None = None) -> 
         >>> text_to_token_ids("Every effort moves you")
         tensor([[6109, 3626, 6100,  345]])
     """
-    tokenizer = tokenizer or gpt2_encoding()
-    token_ids = tokenizer.encode(text, allowed_special={ENDOFTEXT})
+    token_ids = _encode(text, tokenizer or gpt2_encoding())
     return torch.tensor(token_ids, dtype=torch.long).unsqueeze(0)  # (1, num_tokens)
+
+
+def _encode(text: object, tokenizer: object, name: str = "text") -> list[int]:
+    """`tokenizer.encode(text)` with `<|endoftext|>` allowed, after checking both arguments."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+    encode = getattr(tokenizer, "encode", None)
+    if encode is None:
+        raise TypeError(
+            f"tokenizer must be a tiktoken.Encoding (e.g. gpt2_encoding()), "
+            f"got {type(tokenizer).__name__}"
+        )
+    token_ids: list[int] = encode(text, allowed_special={ENDOFTEXT})
+    return token_ids
 
 
 def token_ids_to_text(token_ids: Tensor, tokenizer: tiktoken.Encoding | None = None) -> str:
@@ -225,11 +238,10 @@ def token_ids_to_text(token_ids: Tensor, tokenizer: tiktoken.Encoding | None = N
         >>> token_ids_to_text(torch.tensor([6109, -1]))
         Traceback (most recent call last):
         ...
-        ValueError: token id -1 at position 1 is outside the vocabulary 0 .. 50256
+        ValueError: token_ids must be in 0 .. 50256 (vocab_size=50257), got ids from -1 to 6109
     """
-    if not isinstance(token_ids, Tensor) or token_ids.is_floating_point() or token_ids.is_complex():
-        what = token_ids.dtype if isinstance(token_ids, Tensor) else type(token_ids).__name__
-        raise TypeError(f"expected a tensor of integer token ids, got {what}")
+    tokenizer = tokenizer or gpt2_encoding()
+    check_ids(token_ids, "token_ids", tokenizer.n_vocab)
     if token_ids.ndim == 2 and token_ids.shape[0] == 1:
         token_ids = token_ids.squeeze(0)  # (num_tokens,)
     if token_ids.ndim != 1:
@@ -237,15 +249,7 @@ def token_ids_to_text(token_ids: Tensor, tokenizer: tiktoken.Encoding | None = N
             "expected token ids of shape (num_tokens,) or (1, num_tokens), "
             f"got shape {tuple(token_ids.shape)}"
         )
-    tokenizer = tokenizer or gpt2_encoding()
-    ids = token_ids.tolist()
-    for position, token_id in enumerate(ids):
-        if not 0 <= token_id < tokenizer.n_vocab:
-            raise ValueError(
-                f"token id {token_id} at position {position} is outside the vocabulary "
-                f"0 .. {tokenizer.n_vocab - 1}"
-            )
-    return tokenizer.decode(ids)
+    return tokenizer.decode(token_ids.tolist())
 
 
 def sliding_windows(
@@ -294,10 +298,13 @@ def sliding_windows(
     """
     check_size("max_length", max_length)
     check_size("stride", stride)
-    ids = torch.as_tensor(list(token_ids) if not isinstance(token_ids, Tensor) else token_ids)
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"expected integer token ids, got dtype {ids.dtype}")
-    ids = ids.to(torch.long)  # (n,)
+    if not isinstance(token_ids, Tensor):
+        if not isinstance(token_ids, Sequence | range) or isinstance(token_ids, str | bytes):
+            raise TypeError(f"token_ids must be ids (ints or a tensor), got {token_ids!r:.40}")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in token_ids):
+            raise TypeError("token_ids must be ints: floats would be truncated silently")
+        token_ids = torch.tensor(list(token_ids), dtype=torch.long)
+    ids = check_ids(token_ids).to(torch.long)  # (n,)
     if ids.ndim != 1:
         raise ValueError(f"expected token ids of shape (n,), got shape {tuple(ids.shape)}")
     if ids.numel() < max_length + 1:
@@ -339,7 +346,7 @@ class GPTDatasetV1(Dataset[tuple[Tensor, Tensor]]):
     def __init__(
         self, txt: str, tokenizer: tiktoken.Encoding, max_length: int, stride: int
     ) -> None:
-        token_ids = tokenizer.encode(txt, allowed_special={ENDOFTEXT})
+        token_ids = _encode(txt, tokenizer, name="txt")
         self.input_ids, self.target_ids = sliding_windows(token_ids, max_length, stride)
 
     def __len__(self) -> int:
@@ -451,8 +458,7 @@ class TokenAndPositionEmbedding(nn.Module):
             ValueError: `token_ids` is not 2-d, has more than `context_length` tokens, or
                 holds an id outside `0 .. vocab_size - 1`.
         """
-        if token_ids.is_floating_point() or token_ids.is_complex() or token_ids.dtype == torch.bool:
-            raise TypeError(f"expected integer token ids, got dtype {token_ids.dtype}")
+        check_ids(token_ids, "token_ids", self.vocab_size)
         if token_ids.ndim != 2:
             raise ValueError(
                 "expected token ids of shape (batch, num_tokens), "
@@ -464,12 +470,7 @@ class TokenAndPositionEmbedding(nn.Module):
                 f"sequence of {num_tokens} tokens is longer than "
                 f"context_length={self.context_length}"
             )
-        if token_ids.numel() and not 0 <= token_ids.min() <= token_ids.max() < self.vocab_size:
-            raise ValueError(
-                f"token ids must be in 0 .. {self.vocab_size - 1} (vocab_size={self.vocab_size}), "
-                f"got ids from {int(token_ids.min())} to {int(token_ids.max())}"
-            )
-        tok_embeds: Tensor = self.tok_emb(token_ids)  # (batch, num_tokens, d_in)
+        tok_embeds: Tensor = self.tok_emb(token_ids.long())  # (batch, num_tokens, d_in)
         positions = torch.arange(num_tokens, device=token_ids.device)  # (num_tokens,)
         pos_embeds: Tensor = self.pos_emb(positions)  # (num_tokens, d_in)
         return tok_embeds + pos_embeds  # (batch, num_tokens, d_in), broadcast over batch

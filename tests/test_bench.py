@@ -1,38 +1,25 @@
-"""The benchmark harness (benchmarks/attention_bench.py): its FLOP count, memory meter, output.
+"""The benchmark harness (`attention_bench`): its FLOP count, memory meter, output, report.
 
 No timing is asserted: the numbers belong to the machine; what is tested is how they are made.
 """
 
 from __future__ import annotations
 
-import doctest
-import importlib.util
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
+import attention_bench as bench
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper
-
-BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_bench.py"
-
-
-def _load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("attention_bench", BENCH_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+from attention_bench import measuring, report
+from attention_bench.__main__ import main
+from attention_bench.results import SCHEMA_VERSION
 
 B, T, D, H = 2, 16, 24, 3
 
@@ -63,12 +50,6 @@ def test_flops_wrapper_has_no_output_projection() -> None:
     assert counted == bench.attention_flops(B, T, D, D, causal=False, out_proj=False)
 
 
-def test_docstring_examples() -> None:
-    # benchmarks/ is outside the package, so `pytest --doctest-modules attention` skips it.
-    results = doctest.testmod(bench, optionflags=doctest.ELLIPSIS)
-    assert results.attempted > 0 and results.failed == 0
-
-
 def test_causal_flops_halve_the_attention_products() -> None:
     full = bench.attention_flops(B, T, D, D, causal=False)
     causal = bench.attention_flops(B, T, D, D, causal=True)
@@ -87,6 +68,14 @@ def test_cpu_peak_bytes_is_the_running_maximum() -> None:
     peak, result = bench.Device("cpu").peak_bytes(allocate)
     assert peak == 3 * 2**20
     assert result.shape == (2**19,)
+    # The public fallback (per-operator net bytes) agrees where no operator hides a temporary.
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        allocate()
+    allocated = peak = 0
+    for _, nbytes in sorted(measuring._allocations_by_operator(prof)):
+        allocated += nbytes
+        peak = max(peak, allocated)
+    assert peak == 3 * 2**20
 
 
 def test_reference_module_equals_production_fused_path() -> None:
@@ -122,10 +111,10 @@ def test_forced_sdpa_backend_computes_the_same(backend: str) -> None:
 
 @pytest.mark.slow
 def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
-    out = bench.main(["--quick", "--no-compile", "--out", str(tmp_path / "r.json")])
+    out = main(["--quick", "--no-compile", "--out", str(tmp_path / "r.json")])
     results = json.loads(out.read_text())
 
-    assert results["schema"] == bench.SCHEMA_VERSION
+    assert results["schema"] == SCHEMA_VERSION
     assert {"cpu", "torch", "torch_threads", "slug", "label"} <= results["machine"].keys()
     assert results["machine"]["torch"] == torch.__version__
     assert all(len(s["loadavg"]) == 3 for s in results["load_average"])
@@ -171,4 +160,29 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
 def test_cuda_without_cuda_fails_clearly() -> None:
     with pytest.raises(SystemExit, match="CUDA is not available"):
-        bench.main(["--device", "cuda", "--quick"])
+        main(["--device", "cuda", "--quick"])
+
+
+def test_report_draws_every_table_and_figure_from_a_quick_run(tmp_path: Path) -> None:
+    out = main(["--quick", "--no-compile", "--out", str(tmp_path / "r.json")])
+    res = json.loads(out.read_text())
+    table = report.gpt2_table(res)
+    assert table.count("\n") == 1 + len(report.IMPLS)  # header, rule, one row each
+    assert "| `sdpa_reference` |" in table and "1.00x" in table
+    memory = report.memory_table(res)
+    assert "| `production_left_padded` |" in memory and "x |" in memory
+    assert report.targets_table(res).count("| met |") + report.targets_table(res).count(
+        "| **missed** |"
+    ) == len(res["targets"])
+    assert [len(fig.axes[0].lines) > 0 for fig in report.sweep_figures(res)] == [True] * 3
+    assert len(report.ratio_figure(res).axes[0].patches) >= 6
+    assert report.method(res, "peak_bytes").startswith("peak_bytes: CPU: running maximum")
+
+
+def test_live_comparison_times_each_implementation() -> None:
+    shape = bench.Shape(batch=1, num_tokens=32, d_model=16, num_heads=2)
+    timings = bench.compare(shape, ["sdpa_reference", "production"], budget_s=0.05)
+    assert list(timings) == ["sdpa_reference", "production"]
+    assert all(len(t.times_s) >= 5 for t in timings.values())
+    lines = report.compare_table(timings).splitlines()
+    assert lines[0].endswith("1.00x reference") and len(lines) == 2

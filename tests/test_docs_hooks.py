@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from pathlib import Path
 from types import ModuleType
@@ -12,16 +11,14 @@ import torch
 
 pytest.importorskip("mkdocs")  # the `docs` extra
 
+from docs.hooks import build  # docs/ is a namespace package under the repository root
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs/hooks/build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return build
 
 
 def test_run_pycon_echoes_values_like_a_console(hooks: ModuleType) -> None:
@@ -55,31 +52,34 @@ def test_run_pycon_drops_doctest_directives_and_keeps_the_global_rng(hooks: Modu
 
 
 def test_readme_quickstart_section_is_found(hooks: ModuleType) -> None:
-    section = hooks._section(ROOT / "README.md", "quickstart")
+    section = hooks.section(ROOT / "README.md", "quickstart")
     assert section.startswith("```pycon\n>>> ") and section.rstrip().endswith("```")
 
 
-def test_build_stamp_names_versions_and_device(
+def test_build_stamp_names_versions_and_devices(
     hooks: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import attention
 
-    monkeypatch.setenv("ATTENTION_DEVICE", "cuda")  # a setting alone claims nothing
+    monkeypatch.delenv("ATTENTION_DEVICE", raising=False)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
-    stamp = hooks._build_stamp()
+    stamp = hooks.build_stamp()
     assert f"<code>attention</code> {attention.__version__}" in stamp
     assert f"torch {torch.__version__}" in stamp
-    assert "on <code>cpu</code>" in stamp and "1970-01-01" in stamp
-    # The stamp names the device the pages' tensors are created on: torch's default.
+    assert "on <code>cpu</code> (Python" in stamp and "1970-01-01" in stamp
+    # The pages' tensors are created on torch's default device; the Performance page's
+    # measurements run on ATTENTION_DEVICE, and the stamp says so when the two differ.
+    monkeypatch.setenv("ATTENTION_DEVICE", "meta")
+    assert "on <code>cpu</code> (measurements on <code>meta</code>)" in hooks.build_stamp()
     torch.set_default_device("meta")
     try:
-        assert "on <code>meta</code>" in hooks._build_stamp()
+        assert "on <code>meta</code> (Python" in hooks.build_stamp()
     finally:
         torch.set_default_device(None)
 
 
 def test_exercise_table_lists_every_notebook_with_its_title(hooks: ModuleType) -> None:
-    table = hooks._exercise_table(ROOT / "docs")
+    table = hooks.exercise_table(ROOT / "docs")
     notebooks = sorted((ROOT / "docs/exercises").glob("*.py"))
     assert len(table.splitlines()) == 2 + len(notebooks)
     assert (

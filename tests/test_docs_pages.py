@@ -75,3 +75,14 @@ def test_the_check_finds_a_name_from_a_hidden_block(tmp_path: Path) -> None:
         '```python exec="1" source="block" session="s"\nprint(causal_mask(x), len([x]))\n```\n'
     )
     assert hidden_names(page) == ["block 2 uses 'causal_mask'", "block 2 uses 'x'"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_executed_blocks_are_short(page: Path) -> None:
+    """Pages demonstrate; code longer than a screenful belongs in the package."""
+    long = [
+        f"block {number}: {match['code'].count(chr(10))} lines"
+        for number, match in enumerate(BLOCK.finditer(page.read_text(encoding="utf-8")), 1)
+        if match["code"].count("\n") > 25
+    ]
+    assert long == []

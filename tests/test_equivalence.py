@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper, causal_mask
+from attention.testing import padding_mask, sdpa_calls, to_torch_mha
 
 ATOL = 1e-5
 
@@ -24,15 +24,14 @@ PADDINGS = ["none", "right", "left", "middle", "holes"]
 
 def padding(kind: str, num_tokens: int = T, device: torch.device | str = "cpu") -> torch.Tensor:
     """`(3, num_tokens)` bool, True = padding: one full row, one a little padded, one mostly."""
+    lengths = [num_tokens, num_tokens - 3, 2]
+    if kind in ("right", "left"):
+        return padding_mask(lengths, num_tokens, side=kind, device=device)  # type: ignore[arg-type]
     positions = torch.arange(num_tokens, device=device)[None, :]  # (1, T)
-    lengths = torch.tensor([num_tokens, num_tokens - 3, 2], device=device)[:, None]  # (3, 1)
-    if kind == "right":
-        return positions >= lengths
-    if kind == "left":
-        return positions < num_tokens - lengths
-    if kind == "middle":  # a run of `lengths` real tokens starting at position 1 (or 0)
+    if kind == "middle":  # a run of real tokens starting at position 1 (or 0)
         start = torch.tensor([0, 1, 1], device=device)[:, None]
-        return (positions < start) | (positions >= start + lengths)
+        n = torch.tensor(lengths, device=device)[:, None]
+        return (positions < start) | (positions >= start + n)
     if kind == "holes":
         return (positions % 3 == 1) & (torch.arange(3, device=device)[:, None] > 0)
     raise ValueError(kind)
@@ -88,24 +87,6 @@ def test_sdpa_path_equals_explicit_path_outputs_and_gradients(
         assert_close(g_fused, g_explicit, atol=ATOL, rtol=1e-5)
 
 
-def torch_mha_like(mha: MultiHeadAttention) -> nn.MultiheadAttention:
-    """`nn.MultiheadAttention` with our weights copied in (needs d_in == d_out)."""
-    ref = nn.MultiheadAttention(
-        mha.d_out, mha.num_heads, dropout=0.0, bias=True, batch_first=True
-    ).to(mha.out_proj.weight.device)
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(
-            torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight], dim=0)
-        )
-        biases = [m.bias for m in (mha.W_query, mha.W_key, mha.W_value)]
-        ref.in_proj_bias.copy_(
-            torch.cat(biases) if biases[0] is not None else torch.zeros(3 * mha.d_out)
-        )
-        ref.out_proj.weight.copy_(mha.out_proj.weight)
-        ref.out_proj.bias.copy_(mha.out_proj.bias)
-    return ref.eval()
-
-
 @pytest.mark.parametrize("qkv_bias", [False, True])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("kind", PADDINGS)
@@ -116,7 +97,7 @@ def test_equals_torch_multihead_attention(
     weights) where PyTorch's attends to the real keys, or returns NaN if there are none."""
     d = 16  # nn.MultiheadAttention projects queries from embed_dim, so d_in == d_out here
     mha = MultiHeadAttention(d, d, T, 0.0, H, qkv_bias=qkv_bias, causal=causal).to(device).eval()
-    ref = torch_mha_like(mha)
+    ref = to_torch_mha(mha)
     x = torch.randn(B, T, d, device=device)
     key_padding_mask = masks(kind, device)
     expected, ref_weights = ref(
@@ -154,27 +135,20 @@ def test_equals_torch_multihead_attention(
         (True, "holes", "bool (b, 1, T, T)"),
     ],
 )
-def test_what_reaches_the_fused_kernel(
-    monkeypatch: pytest.MonkeyPatch, causal: bool, kind: str, expected: str
-) -> None:
+def test_what_reaches_the_fused_kernel(causal: bool, kind: str, expected: str) -> None:
     """No T x T mask unless causal attention over padding with holes needs one (and then one
     bool mask); never a float one."""
-    calls: list[str] = []
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-
-    def spy(*args: torch.Tensor, attn_mask: torch.Tensor | None = None, **kwargs: object):  # type: ignore[no-untyped-def]
-        if attn_mask is None:
-            calls.append("is_causal, no mask" if kwargs.get("is_causal") else "no mask")
-        else:
-            kind = "bool" if attn_mask.dtype == torch.bool else "float"
-            dims = "(b, 1, 1, T)" if attn_mask.shape[-2] == 1 else "(b, 1, T, T)"
-            calls.append(f"{kind} {dims}")
-        return sdpa(*args, attn_mask=attn_mask, **kwargs)
-
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     mha = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, causal=causal)
-    mha(torch.randn(B, T, D_IN), masks(kind, torch.device("cpu")))
-    assert calls == [expected]
+    with sdpa_calls() as calls:
+        mha(torch.randn(B, T, D_IN), masks(kind, torch.device("cpu")))
+    seen = []
+    for call in calls:
+        if call.mask_shape is None:
+            seen.append("is_causal, no mask" if call.is_causal else "no mask")
+        else:
+            kind = "bool" if call.mask_dtype == torch.bool else "float"
+            seen.append(f"{kind} {'(b, 1, 1, T)' if call.mask_shape[-2] == 1 else '(b, 1, T, T)'}")
+    assert seen == [expected]
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -19,11 +19,14 @@ from attention import (
     attn_scores_for_query,
     attn_scores_loop,
     attn_scores_matrix,
+    causal_mask,
     context_vector,
     context_vectors,
     example_inputs,
+    explicit_attention,
     softmax_stable,
 )
+from attention.core import padding_to_attn_mask
 
 
 def test_d_out_not_divisible_by_num_heads() -> None:
@@ -245,3 +248,88 @@ def test_stage_one_loops_keep_the_inputs_dtype() -> None:
     ):
         assert out.dtype == torch.float64
     assert_close(attn_scores_loop(x), attn_scores_matrix(x))
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: MultiHeadAttention(4, 4, 6, 0.0, 2, causal="False"),
+         r"causal must be True or False, got 'False' \(str\)"),
+        (lambda: MultiHeadAttention(4, 4, 6, 0.0, 2, qkv_bias=None),
+         r"qkv_bias must be True or False, got None"),
+        (lambda: CausalAttention(4, 4, 6, 0.0, qkv_bias="no"), r"qkv_bias must be True or False"),
+        (lambda: SelfAttentionV2(4, 2, qkv_bias="False"), r"qkv_bias must be True or False"),
+    ],
+)  # fmt: skip
+def test_switches_must_be_bools(build: Callable[[], object], match: str) -> None:
+    """A string such as "False" is truthy: accepted, it would switch the option on."""
+    with pytest.raises(TypeError, match=match):
+        build()
+
+
+def test_need_weights_must_be_a_bool() -> None:
+    mha = MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2)
+    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'False'"):
+        mha(torch.zeros(1, 3, 4), need_weights="False")  # type: ignore[call-overload]
+
+
+def test_float64_input_under_bfloat16_autocast_names_both_dtypes() -> None:
+    mha = MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2)
+    with (
+        torch.autocast("cpu", dtype=torch.bfloat16),
+        pytest.raises(
+            TypeError, match=r"dtype torch.float32 or torch.bfloat16 .* got torch.float64"
+        ),
+    ):
+        mha(torch.zeros(1, 3, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_zero_tokens_with_a_padding_mask_is_empty_not_an_error(causal: bool) -> None:
+    mha = MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2, causal=causal)
+    x, padding = torch.zeros(2, 0, 4), torch.zeros(2, 0, dtype=torch.bool)
+    assert mha(x, padding).shape == mha(x).shape == (2, 0, 4)
+
+
+def test_a_padding_mask_on_the_meta_device_gives_shapes_without_values() -> None:
+    """On `meta` there are no values to inspect: the general path gives the right shape."""
+    mha = MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2).to("meta")
+    x = torch.empty(2, 5, 4, device="meta")
+    padding = torch.zeros(2, 5, dtype=torch.bool, device="meta")
+    assert mha(x, padding).shape == (2, 5, 4)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: attention_scores(torch.zeros(3), torch.zeros(3)), ValueError, r"at least 2-d"),
+        (lambda: attention_scores(torch.zeros(4, 3), torch.zeros(5, 3).double()), TypeError,
+         r"keys must have dtype torch.float32, got torch.float64"),
+        (lambda: attention_scores([[1.0]], [[1.0]]), TypeError,
+         r"queries must be a torch.Tensor, got list"),
+        (lambda: softmax_stable(torch.zeros(3, 4), dim=2), ValueError, r"dim must be in -2 .. 1"),
+        (lambda: causal_mask(-1), ValueError, r"num_tokens must be >= 0, got -1"),
+        (lambda: causal_mask(2.5), TypeError, r"num_tokens must be an int, got 2.5"),
+        (lambda: explicit_attention(torch.zeros(4, 3), torch.zeros(4, 3), torch.zeros(6, 5)),
+         ValueError, r"values must be \(..., num_keys, d_v\) with the keys' num_keys"),
+        (lambda: explicit_attention(torch.zeros(4, 3), torch.zeros(4, 3), torch.zeros(4, 5),
+                                    mask=causal_mask(4).float()),
+         TypeError, r"mask must be a bool tensor"),
+        (lambda: explicit_attention(torch.zeros(4, 3), torch.zeros(4, 3), torch.zeros(4, 5),
+                                    mask=causal_mask(5)),
+         ValueError, r"does not broadcast to the scores' shape"),
+        (lambda: padding_to_attn_mask(torch.zeros(3, dtype=torch.bool)),
+         ValueError, r"key_padding_mask must have 2 dimensions"),
+        (lambda: attn_scores_for_query(example_inputs(), torch.tensor([1, 0, 0])), TypeError,
+         r"query must have dtype torch.float32, got torch.int64"),
+    ],
+)  # fmt: skip
+def test_core_functions_name_their_arguments(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_softmax_stable_of_one_number_is_one_like_torch() -> None:
+    assert softmax_stable(torch.tensor(3.0)) == torch.softmax(torch.tensor(3.0), dim=-1) == 1.0

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -103,7 +104,10 @@ def test_heatmap_into_given_axes_one_panel_per_head() -> None:
     [
         (torch.eye(3), ["a", "b"], None, "expected 3 query_labels"),
         (torch.ones(2, 3), ["a", "b"], ["x"], "expected 3 key_labels"),
-        (torch.ones(3), ["a"], None, "expected a non-empty 2-D matrix"),
+        (torch.ones(3), ["a"], None, r"of shape \(num_queries, num_keys\), got .* \(3,\)"),
+        (torch.ones(2, 2, 2), ["a", "b"], None, r"select one matrix, e.g. attn_weights\[0, head\]"),
+        ([[1.0], [2.0, 3.0]], ["a", "b"], None, "expected a non-empty 2-D matrix"),
+        (torch.rand(200, 200), ["t"] * 200, None, r"\(200, 200\) is too many to read"),
     ],
 )
 def test_heatmap_rejects_mismatched_labels(
@@ -142,3 +146,21 @@ def test_bars_draw_repeated_labels_as_separate_bars() -> None:
     assert len(xs) == len(set(xs)) == 3
     assert [t.get_text() for t in ax.get_xticklabels()] == ["the", "cat", "the"]
     assert [round(p.get_height(), 2) for p in ax.patches] == [0.5, 0.2, 0.3]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: heatmap(torch.eye(2), None), TypeError, "query_labels must be a sequence"),
+        (lambda: lines([1, 2], [[1.0, 2.0]], xlabel="x", ylabel="y"), TypeError,
+         "series must map names to y values, got list"),
+        (lambda: bars(["a"], ["high"], ylabel="y"), TypeError,
+         "values must be a sequence of real numbers"),
+        (lambda: svg(None), TypeError, "fig must be a matplotlib Figure"),
+    ],
+)  # fmt: skip
+def test_plot_helpers_name_what_they_were_given(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()

@@ -218,8 +218,27 @@ def test_book_checkpoints_load_strictly_and_give_the_books_outputs(
 def test_a_mask_that_is_not_causal_is_refused_not_ignored() -> None:
     state = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).state_dict()
     state["mask"] = torch.ones(CONTEXT, CONTEXT, dtype=torch.bool).tril()  # not the book's
-    with pytest.raises(ValueError, match=r"'mask' of shape \(12, 12\) is not the causal mask"):
+    with pytest.raises(ValueError, match=r"'mask' is not the causal mask triu"):
         MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).load_state_dict(state)
+    state["mask"] = torch.ones(CONTEXT, CONTEXT - 1)
+    with pytest.raises(
+        ValueError, match=r"'mask' must be a square \(n, n\) tensor, got \(12, 11\)"
+    ):
+        MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).load_state_dict(state)
+    state["mask"] = torch.ones(CONTEXT, CONTEXT).triu(1).tolist()  # type: ignore[assignment]
+    with pytest.raises(ValueError, match=r"'mask' must be a square \(n, n\) tensor, got list"):
+        MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).load_state_dict(state)
+
+
+def test_a_causal_book_checkpoint_is_refused_by_a_non_causal_module() -> None:
+    """The mask says the checkpoint's model was causal: loading it silently into an encoder
+    would compute something else."""
+    state = BookMultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H).state_dict()
+    encoder = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H, causal=False)
+    with pytest.raises(ValueError, match=r"causal mask, but this module has causal=False"):
+        encoder.load_state_dict(state)
+    del state["mask"]  # reusing the weights without the mask is a choice, made explicitly
+    encoder.load_state_dict(state, strict=True)
 
 
 def test_the_module_moves_to_the_device(device: torch.device) -> None:

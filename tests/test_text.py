@@ -362,10 +362,10 @@ def test_pipeline_text_to_attention() -> None:
     ("token_ids", "error", "match"),
     [
         (torch.tensor([6109, -1]), ValueError,
-         r"token id -1 at position 1 is outside the vocabulary 0 .. 50256"),
-        (torch.tensor([[50257]]), ValueError, r"token id 50257 at position 0 is outside"),
-        (torch.tensor([1.0, 2.0]), TypeError, r"tensor of integer token ids, got torch.float32"),
-        ([1, 2], TypeError, r"tensor of integer token ids, got list"),
+         r"token_ids must be in 0 .. 50256 \(vocab_size=50257\), got ids from -1 to 6109"),
+        (torch.tensor([[50257]]), ValueError, r"got ids from 50257 to 50257"),
+        (torch.tensor([1.0, 2.0]), TypeError, r"integer ids, got dtype torch.float32"),
+        ([1, 2], TypeError, r"token_ids must be a tensor of integer ids, got list"),
     ],
 )  # fmt: skip
 def test_token_ids_to_text_rejects_what_is_no_token(
@@ -377,7 +377,7 @@ def test_token_ids_to_text_rejects_what_is_no_token(
 
 @pytest.mark.parametrize("ids", [[1.0, 2.5, 3.7, 4.2], torch.tensor([1.0, 2.0, 3.0, 4.0])])
 def test_sliding_windows_refuses_float_ids_instead_of_truncating(ids: object) -> None:
-    with pytest.raises(TypeError, match=r"expected integer token ids, got dtype torch\.float"):
+    with pytest.raises(TypeError, match=r"(integer ids, got dtype torch\.float|must be ints)"):
         sliding_windows(ids, max_length=2, stride=1)  # type: ignore[arg-type]
 
 
@@ -389,9 +389,9 @@ def test_a_ranks_path_that_is_a_directory_is_an_integrity_error(tmp_path: Path) 
 
 def test_embedding_rejects_float_and_out_of_vocabulary_ids() -> None:
     embedding = TokenAndPositionEmbedding(10, context_length=4, d_in=3)
-    with pytest.raises(TypeError, match=r"expected integer token ids, got dtype torch\.float32"):
+    with pytest.raises(TypeError, match=r"integer ids, got dtype torch\.float32"):
         embedding(torch.zeros(1, 2))
-    with pytest.raises(ValueError, match=r"token ids must be in 0 .. 9 \(vocab_size=10\), got "
+    with pytest.raises(ValueError, match=r"token_ids must be in 0 .. 9 \(vocab_size=10\), got "
                                          r"ids from -1 to 10"):  # fmt: skip
         embedding(torch.tensor([[-1, 10]]))
     with pytest.raises(ValueError, match="context_length must be >= 1, got 0"):

@@ -1,0 +1,164 @@
+"""What the tests and the documentation pages share: padding masks, PyTorch's module, a kernel spy.
+
+Each helper has one home here, so a page demonstrates with the same code that a test asserts
+with. Nothing here is needed to use the modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attention.multihead import MultiHeadAttention
+
+__all__ = ["KernelCall", "padding_mask", "sdpa_calls", "to_torch_mha"]
+
+
+def padding_mask(
+    lengths: Sequence[int] | Tensor,
+    num_tokens: int,
+    *,
+    side: Literal["right", "left"] = "right",
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """A `key_padding_mask` for sequences of the given lengths: True marks padding.
+
+    Args:
+        lengths: real tokens in each sequence, each in `0 .. num_tokens`.
+        num_tokens: the padded length $T$.
+        side: where the padding goes: after the real tokens (`"right"`) or before (`"left"`).
+        device: where to build the mask.
+
+    Returns:
+        Bool tensor of shape `(len(lengths), num_tokens)`.
+
+    Raises:
+        ValueError: a length outside `0 .. num_tokens`, or `side` not "right" or "left".
+
+    Examples:
+        >>> padding_mask([3, 1], 3)
+        tensor([[False, False, False],
+                [False,  True,  True]])
+        >>> padding_mask([3, 1], 3, side="left")
+        tensor([[False, False, False],
+                [ True,  True, False]])
+    """
+    n = torch.as_tensor(lengths, device=device)[:, None]  # (b, 1)
+    if n.numel() and not bool(((n >= 0) & (n <= num_tokens)).all()):
+        raise ValueError(f"lengths must be in 0 .. num_tokens={num_tokens}, got {n[:, 0].tolist()}")
+    positions = torch.arange(num_tokens, device=device)[None, :]  # (1, T)
+    if side == "right":
+        return positions >= n
+    if side == "left":
+        return positions < num_tokens - n
+    raise ValueError(f'side must be "right" or "left", got {side!r}')
+
+
+def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
+    """`torch.nn.MultiheadAttention` holding `mha`'s weights: the same function, PyTorch's layout.
+
+    PyTorch stacks the three input projections into one `in_proj_weight` of shape
+    `(3 * d_out, d_in)`, queries then keys then values, with one `in_proj_bias`; `out_proj` is
+    a `Linear` like ours. It projects queries from its `embed_dim`, so `d_in` must equal
+    `d_out`. Causality is not a property of PyTorch's module: pass
+    `attn_mask=causal_mask(T)` to its calls.
+
+    Args:
+        mha: the module to copy.
+
+    Returns:
+        A `batch_first=True` `nn.MultiheadAttention` on `mha`'s device and dtype, in its mode.
+
+    Raises:
+        ValueError: `mha.d_in != mha.d_out`.
+
+    Examples:
+        >>> from attention import causal_mask
+        >>> mha = MultiHeadAttention(4, 4, context_length=5, dropout=0.0, num_heads=2)
+        >>> theirs = to_torch_mha(mha)
+        >>> x = torch.randn(2, 5, 4)
+        >>> out, _ = theirs(x, x, x, attn_mask=causal_mask(5), need_weights=False)
+        >>> torch.allclose(out, mha(x), atol=1e-6)
+        True
+    """
+    if mha.d_in != mha.d_out:
+        raise ValueError(
+            "nn.MultiheadAttention needs d_in == d_out (its embed_dim), "
+            f"got d_in={mha.d_in}, d_out={mha.d_out}"
+        )
+    weight = mha.W_query.weight
+    theirs = nn.MultiheadAttention(
+        mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True
+    ).to(device=weight.device, dtype=weight.dtype)
+    projections = (mha.W_query, mha.W_key, mha.W_value)
+    with torch.no_grad():
+        # in_proj stacks queries, keys, values: (3 * d_out, d_in) and (3 * d_out,)
+        weights: list[Tensor] = [p.weight for p in projections]
+        theirs.in_proj_weight.copy_(torch.cat(weights))
+        biases: list[Tensor] = [
+            p.bias if p.bias is not None else torch.zeros_like(p.weight[:, 0]) for p in projections
+        ]
+        assert theirs.in_proj_bias is not None
+        theirs.in_proj_bias.copy_(torch.cat(biases))
+        theirs.out_proj.weight.copy_(mha.out_proj.weight)
+        theirs.out_proj.bias.copy_(mha.out_proj.bias)
+    return theirs.train(mha.training)
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """What one call of `scaled_dot_product_attention` was given (besides Q, K, V)."""
+
+    is_causal: bool
+    mask_dtype: torch.dtype | None
+    mask_shape: tuple[int, ...] | None
+
+    def __str__(self) -> str:
+        mask = "None" if self.mask_shape is None else f"{self.mask_dtype} {self.mask_shape}"
+        return f"is_causal={self.is_causal}, attn_mask={mask}"
+
+
+@contextlib.contextmanager
+def sdpa_calls() -> Iterator[list[KernelCall]]:
+    """Record every call of `torch.nn.functional.scaled_dot_product_attention` in the block.
+
+    The function is wrapped for the duration of the `with` block and restored after it; the
+    calls still run.
+
+    Yields:
+        The list that each call's [`KernelCall`][attention.testing.KernelCall] is appended to.
+
+    Examples:
+        >>> mha = MultiHeadAttention(4, 4, context_length=5, dropout=0.0, num_heads=2)
+        >>> with sdpa_calls() as calls:
+        ...     _ = mha(torch.randn(2, 5, 4))
+        >>> [str(call) for call in calls]
+        ['is_causal=True, attn_mask=None']
+    """
+    calls: list[KernelCall] = []
+    original = F.scaled_dot_product_attention
+
+    def spy(*args: Any, **kwargs: Any) -> Tensor:
+        mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+        is_causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+        calls.append(
+            KernelCall(
+                is_causal=bool(is_causal),
+                mask_dtype=None if mask is None else mask.dtype,
+                mask_shape=None if mask is None else tuple(mask.shape),
+            )
+        )
+        result: Tensor = original(*args, **kwargs)
+        return result
+
+    F.scaled_dot_product_attention = spy
+    try:
+        yield calls
+    finally:
+        F.scaled_dot_product_attention = original

@@ -1,0 +1,45 @@
+"""How fast and how lean is each attention implementation? Measured, with the reasons.
+
+Run it as `nox -s bench`, or `python -m attention_bench [--quick] [--device cpu|cuda]`: it
+writes `attention_bench/results/<machine>.json`, which the Performance page draws. One module
+per job:
+
+- [`flops`][attention_bench.flops]: what a call must compute;
+- [`implementations`][attention_bench.implementations]: what is compared;
+- [`measuring`][attention_bench.measuring]: time, peak memory, the machine's roof;
+- [`experiments`][attention_bench.experiments]: the experiments and the targets;
+- [`results`][attention_bench.results]: the files, and how every number in them was measured;
+- [`report`][attention_bench.report]: the page's tables and figures.
+"""
+
+from __future__ import annotations
+
+from attention_bench.experiments import Config, compare, run
+from attention_bench.flops import attention_flops, flop_terms
+from attention_bench.implementations import REFERENCE, Impl, SDPAReference, Shape, implementations
+from attention_bench.measuring import Device, Roof, Timing, make_step, measure, roof, state_bytes
+from attention_bench.results import METHOD, RESULTS_DIR, load_results, select
+
+__all__ = [
+    "METHOD",
+    "REFERENCE",
+    "RESULTS_DIR",
+    "Config",
+    "Device",
+    "Impl",
+    "Roof",
+    "SDPAReference",
+    "Shape",
+    "Timing",
+    "attention_flops",
+    "compare",
+    "flop_terms",
+    "implementations",
+    "load_results",
+    "make_step",
+    "measure",
+    "roof",
+    "run",
+    "select",
+    "state_bytes",
+]

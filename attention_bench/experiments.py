@@ -1,0 +1,460 @@
+"""The experiments: the GPT-2-small shape, a context-length sweep, construction, torch.compile.
+
+Each writes rows into a [`Recorder`][attention_bench.experiments.Recorder];
+[`run`][attention_bench.experiments.run] runs them all for one
+[`Config`][attention_bench.experiments.Config] and returns the results document.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from attention import MultiHeadAttention
+from attention_bench.flops import attention_flops
+from attention_bench.implementations import (
+    MODES,
+    REFERENCE,
+    Impl,
+    Shape,
+    cuda_backend_impls,
+    implementations,
+)
+from attention_bench.measuring import Device, Timing, make_step, measure, state_bytes
+from attention_bench.results import METHOD, SCHEMA_VERSION, find, machine
+
+__all__ = ["Config", "Recorder", "check_targets", "compare", "run"]
+
+
+@dataclass
+class Config:
+    """The sizes and budgets of one run."""
+
+    device: str = "cpu"
+    dtypes: tuple[str, ...] = ("float32",)
+    gpt2: Shape = field(
+        default_factory=lambda: Shape(batch=8, num_tokens=1024, d_model=768, num_heads=12)
+    )
+    sweep_batch: int = 1
+    sweep_tokens: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
+    max_explicit_tokens: int = 2048
+    group_budget_s: float = 6.0
+    min_repeats: int = 3
+    gpt2_min_repeats: int = 5  # GPT-2 shape and compile, the headline numbers: more rounds
+    max_repeats: int = 15
+    compile: bool = True
+    seed: int = 0
+    construct_context_length: int = 131_072
+
+    @classmethod
+    def full(cls, device: str) -> Config:
+        """The committed run: float32 on the CPU; float32, float16 and bfloat16 on CUDA."""
+        dtypes = ("float32", "float16", "bfloat16") if device == "cuda" else ("float32",)
+        return cls(device=device, dtypes=dtypes)
+
+    @classmethod
+    def quick(cls, device: str) -> Config:
+        """Tiny sizes: checks the harness end to end in seconds (numbers are meaningless)."""
+        return cls(
+            device=device,
+            gpt2=Shape(batch=2, num_tokens=64, d_model=64, num_heads=4),
+            sweep_tokens=(32, 64, 128),
+            max_explicit_tokens=64,
+            group_budget_s=0.2,
+            gpt2_min_repeats=3,
+            max_repeats=3,
+            compile=False,
+        )
+
+
+class Recorder:
+    """Collects result rows and load-average samples, and prints progress."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.load: list[dict[str, Any]] = []
+        self.start = time.perf_counter()
+        self.sample_load("start")
+
+    def sample_load(self, when: str) -> None:
+        """Record the machine's load average: a busy machine makes every time longer."""
+        one, five, fifteen = os.getloadavg()
+        elapsed = round(time.perf_counter() - self.start, 1)
+        self.load.append({"when": when, "elapsed_s": elapsed, "loadavg": [one, five, fifteen]})
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Keep one row and print it."""
+        self.rows.append(row)
+        head = f"  {row['impl']:<22} {row['mode']:<16} T={row['num_tokens']:<5}"
+        if "skipped" in row:
+            print(head, "skipped", flush=True)
+            return
+        parts = [f"{1e3 * row['median_s']:9.2f} ms"]
+        if row.get("ratio_to_reference") is not None:
+            parts.append(f"{row['ratio_to_reference']:5.2f}x ref")
+        if row.get("matmul_fraction") is not None:
+            parts.append(f"{100 * row['matmul_fraction']:5.1f}% of matmul")
+        if row.get("peak_bytes") is not None:
+            parts.append(f"peak {row['peak_bytes'] / 2**20:8.1f} MiB")
+        print(head, "  ".join(parts), flush=True)
+
+
+def compare(
+    shape: Shape,
+    names: Sequence[str],
+    *,
+    mode: str = "forward_backward",
+    device: Device | None = None,
+    budget_s: float = 1.0,
+    seed: int = 0,
+) -> dict[str, Timing]:
+    """Time some implementations against each other now, in one group: a live comparison.
+
+    Args:
+        shape: the input shape.
+        names: implementation names (see [`implementations`][attention_bench.implementations]).
+        mode: `"forward"` or `"forward_backward"`.
+        device: where to run; default [`Device.from_env()`][attention_bench.measuring.Device].
+        budget_s: roughly how long to spend timing.
+        seed: seeds the weights and the input.
+
+    Returns:
+        `{name: Timing}`, in the order of `names`.
+    """
+    device = device or Device.from_env()
+    impls = {impl.name: impl for impl in implementations(shape.num_tokens)}
+    torch.manual_seed(seed)
+    x = torch.randn(shape.batch, shape.num_tokens, shape.d_model, device=device.type)
+    grad_out = torch.randn_like(x)  # (b, T, d_model)
+    steps = {}
+    for name in names:
+        module = impls[name].build(shape).to(device.type)
+        steps[name] = make_step(module, x, mode, grad_out, None)
+    return measure(steps, device, budget_s=budget_s, min_repeats=5, max_repeats=15, memory=False)
+
+
+def _base(experiment: str, cfg: Config, shape: Shape, dtype: str) -> dict[str, Any]:
+    return {
+        "experiment": experiment,
+        "device": cfg.device,
+        "dtype": dtype,
+        "batch": shape.batch,
+        "num_tokens": shape.num_tokens,
+        "d_model": shape.d_model,
+        "num_heads": shape.num_heads,
+    }
+
+
+def run_group(
+    rec: Recorder,
+    cfg: Config,
+    experiment: str,
+    impls: Sequence[Impl],
+    shape: Shape,
+    dtype: str,
+    *,
+    with_matmul: bool,
+    matmul_flops_per_s: float | None,
+) -> float | None:
+    """Measure `impls` (and optionally the matmul) at one shape and dtype, both modes.
+
+    Returns the matmul's achieved FLOP/s when it was measured.
+    """
+    device = Device(cfg.device)
+    torch_dtype = getattr(torch, dtype)
+    torch.manual_seed(cfg.seed)
+    x = torch.randn(shape.batch, shape.num_tokens, shape.d_model)
+    x = x.to(cfg.device, torch_dtype)  # (b, T, d_model)
+    grad_out = torch.randn_like(x)  # (b, T, d_model)
+    base = _base(experiment, cfg, shape, dtype)
+    modules: dict[str, tuple[Impl, nn.Module]] = {}
+    runs: dict[str, list[Impl]] = {mode: [] for mode in MODES}
+    for impl in impls:
+        for mode in impl.modes:
+            reason = impl.skipped(mode, shape)
+            if reason is None:
+                runs[mode].append(impl)
+            else:
+                rec.add({**base, "impl": impl.name, "mode": mode, "skipped": reason})
+        if any(impl in runs[mode] for mode in MODES):
+            torch.manual_seed(cfg.seed)
+            modules[impl.name] = (impl, impl.build(shape).to(cfg.device, torch_dtype))
+    matmul_result = None
+    for mode in MODES:
+        steps: dict[str, Callable[[], object]] = {}
+        for impl in runs[mode]:
+            module = modules[impl.name][1]
+            steps[impl.name] = make_step(module, x, mode, grad_out, impl.backend)
+        if with_matmul and mode == "forward":
+            a = x.reshape(-1, shape.d_model)  # (b * T, d_model)
+            w = torch.randn(shape.d_model, shape.d_model, device=cfg.device, dtype=torch_dtype)
+            c = torch.empty_like(a)  # (b * T, d_model): no allocation inside the timing
+            steps["matmul"] = functools.partial(torch.matmul, a, w, out=c)
+        steps = _drop_unsupported(rec, base, mode, steps)
+        timings = measure(
+            steps,
+            device,
+            budget_s=cfg.group_budget_s,
+            min_repeats=cfg.gpt2_min_repeats if experiment == "gpt2" else cfg.min_repeats,
+            max_repeats=cfg.max_repeats,
+        )
+        if "matmul" in timings:
+            matmul_s = min(timings["matmul"].times_s)  # the roof: what the machine can do
+            matmul_result = 2 * shape.batch * shape.num_tokens * shape.d_model**2 / matmul_s
+            matmul_flops_per_s = matmul_result
+        ref = timings.get(REFERENCE)
+        ref_s = None if ref is None else ref.summary()["median_s"]
+        for name, timing in timings.items():
+            row = {**base, "impl": name, "mode": mode, **timing.summary()}
+            if name == "matmul":
+                row["flops"] = 2 * shape.batch * shape.num_tokens * shape.d_model**2
+            else:
+                impl = modules[name][0]
+                row["flops"] = attention_flops(
+                    shape.batch,
+                    shape.num_tokens,
+                    shape.d_model,
+                    shape.d_model,
+                    out_proj=impl.out_proj,
+                    backward=mode == "forward_backward",
+                )
+                row["state_bytes"] = state_bytes(modules[name][1])
+                row["peak_bytes"] = timing.peak_bytes
+            row["flops_per_s"] = row["flops"] / row["median_s"]
+            if matmul_flops_per_s:
+                row["matmul_fraction"] = row["flops_per_s"] / matmul_flops_per_s
+            if ref_s is not None and name != "matmul":
+                row["ratio_to_reference"] = row["median_s"] / ref_s
+            rec.add(row)
+    return matmul_result
+
+
+def _drop_unsupported(
+    rec: Recorder, base: dict[str, Any], mode: str, steps: dict[str, Callable[[], object]]
+) -> dict[str, Callable[[], object]]:
+    """On CUDA a forced SDPA backend may not support a dtype or shape: record it as skipped."""
+    if base["device"] != "cuda":
+        return steps
+    kept = {}
+    for name, step in steps.items():
+        try:
+            step()
+            torch.cuda.synchronize()
+        except RuntimeError as err:
+            reason = str(err).strip().splitlines()[0][:300]
+            rec.add({**base, "impl": name, "mode": mode, "skipped": reason})
+            continue
+        kept[name] = step
+    return kept
+
+
+def run_construct(rec: Recorder, cfg: Config) -> None:
+    """How long building a long-context module takes, and what it holds: no T x T buffer."""
+    shape = cfg.gpt2
+    times, module = [], None
+    for _ in range(cfg.min_repeats):
+        start = time.perf_counter()
+        module = MultiHeadAttention(
+            shape.d_model, shape.d_model, cfg.construct_context_length, 0.0, shape.num_heads
+        )
+        times.append(time.perf_counter() - start)
+    assert module is not None
+    base = _base("construct", cfg, Shape(1, 0, shape.d_model, shape.num_heads), "float32")
+    rec.add(
+        {
+            **base,
+            "device": "cpu",
+            "impl": "production",
+            "mode": "construct",
+            "context_length": cfg.construct_context_length,
+            "state_bytes": state_bytes(module),
+            **Timing(times).summary(),
+        }
+    )
+
+
+def run_compile(rec: Recorder, cfg: Config, dtype: str) -> None:
+    """Production module eager vs `torch.compile`d, both modes, at the GPT-2 shape.
+
+    The compiler's on-disk cache starts empty, so `first_call_s` is what a first compile
+    costs (a later process with the same code and shapes would hit the cache).
+    """
+    saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="attention-bench-inductor-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        try:
+            _run_compile(rec, cfg, dtype)
+        finally:
+            if saved is None:
+                del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
+
+
+def _run_compile(rec: Recorder, cfg: Config, dtype: str) -> None:
+    torch._dynamo.reset()
+    shape = cfg.gpt2
+    device = Device(cfg.device)
+    torch_dtype = getattr(torch, dtype)
+    torch.manual_seed(cfg.seed)
+    x = torch.randn(shape.batch, shape.num_tokens, shape.d_model).to(cfg.device, torch_dtype)
+    grad_out = torch.randn_like(x)
+    eager = implementations(0)[1].build(shape).to(cfg.device, torch_dtype)  # production
+    compiled: Any = torch.compile(eager)
+    base = _base("compile", cfg, shape, dtype)
+    for mode in MODES:
+        steps = {
+            "production": make_step(eager, x, mode, grad_out, None),
+            "production_compiled": make_step(compiled, x, mode, grad_out, None),
+        }
+        start = time.perf_counter()
+        steps["production_compiled"]()  # compiles
+        device.sync()
+        compile_s = time.perf_counter() - start
+        timings = measure(
+            steps,
+            device,
+            budget_s=cfg.group_budget_s,
+            min_repeats=cfg.gpt2_min_repeats,
+            max_repeats=cfg.max_repeats,
+            memory=False,
+        )
+        eager_s = timings["production"].summary()["median_s"]
+        for name, timing in timings.items():
+            row = {**base, "impl": name, "mode": mode, **timing.summary()}
+            row["ratio_to_eager"] = row["median_s"] / eager_s
+            if name == "production_compiled":
+                row["first_call_s"] = compile_s
+            rec.add(row)
+
+
+def check_targets(
+    rows: list[dict[str, Any]], cfg: Config, dtype: str, sweep_dtype: str
+) -> list[dict[str, Any]]:
+    """The production module's targets: not timed tests, printed and recorded.
+
+    Time at the GPT-2 shape in `dtype`; memory at the sweep's longest context in `sweep_dtype`;
+    construction at `construct_context_length`.
+    """
+    targets = []
+
+    def target(name: str, value: float | None, limit: float, what: str) -> None:
+        met = None if value is None else value <= limit
+        targets.append({"target": name, "value": value, "limit": limit, "met": met, "what": what})
+
+    gpt2 = {"experiment": "gpt2", "dtype": dtype, "mode": "forward_backward"}
+    prod, ref = find(rows, impl="production", **gpt2), find(rows, impl=REFERENCE, **gpt2)
+    mha = find(rows, impl="torch_mha_weights", **gpt2)
+    if prod and ref:
+        target(
+            "fwd+bwd time vs SDPA reference (GPT-2 shape)",
+            prod["median_s"] / ref["median_s"],
+            1.05,
+            "production / sdpa_reference",
+        )
+    if prod and mha:
+        target(
+            "fwd+bwd time vs torch.nn.MultiheadAttention (GPT-2 shape)",
+            prod["median_s"] / mha["median_s"],
+            0.85,
+            "production / torch_mha_weights (nn.MultiheadAttention's default need_weights=True)",
+        )
+    longest = max(cfg.sweep_tokens)
+    sweep = {"experiment": "sweep", "dtype": sweep_dtype, "mode": "forward", "num_tokens": longest}
+    ref_mem, prod_mem = find(rows, impl=REFERENCE, **sweep), find(rows, impl="production", **sweep)
+    right_mem = find(rows, impl="production_padded", **sweep)
+    for name, row, base, limit, what in (
+        ("production vs SDPA reference", prod_mem, ref_mem, 1.10, "production / sdpa_reference"),
+        ("right-padded vs unpadded", right_mem, prod_mem, 1.25, "production_padded / production"),
+    ):
+        if row and base and row.get("peak_bytes") and base.get("peak_bytes"):
+            target(
+                f"peak forward memory at {longest} tokens, {name}",
+                row["peak_bytes"] / base["peak_bytes"],
+                limit,
+                f"{what}, bytes allocated during the forward",
+            )
+    construct = find(rows, experiment="construct")
+    if construct:
+        target(
+            f"construction time at context_length={construct['context_length']} (s)",
+            construct["median_s"],
+            0.1,
+            "MultiHeadAttention(768, 768, context_length, 0.0, 12), wall time",
+        )
+    return targets
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    """Run every experiment of `cfg`; return the results document."""
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available in this torch build/machine")
+    rec = Recorder()
+    impls = implementations(cfg.max_explicit_tokens)
+    if cfg.device == "cuda":
+        impls = impls + cuda_backend_impls()
+    matmul: dict[str, float | None] = {}
+    for dtype in cfg.dtypes:
+        print(f"GPT-2-small shape {cfg.gpt2}, {cfg.device} {dtype}", flush=True)
+        matmul[dtype] = run_group(
+            rec, cfg, "gpt2", impls, cfg.gpt2, dtype, with_matmul=True, matmul_flops_per_s=None
+        )
+        rec.sample_load(f"after gpt2 {dtype}")
+    sweep_dtype = cfg.dtypes[0] if cfg.device == "cpu" else "float16"
+    print(f"context-length sweep, batch {cfg.sweep_batch}, {cfg.device} {sweep_dtype}", flush=True)
+    for num_tokens in cfg.sweep_tokens:
+        shape = Shape(cfg.sweep_batch, num_tokens, cfg.gpt2.d_model, cfg.gpt2.num_heads)
+        matmul_flops = matmul.get(sweep_dtype)
+        run_group(
+            rec, cfg, "sweep", impls, shape, sweep_dtype,
+            with_matmul=False, matmul_flops_per_s=matmul_flops,
+        )  # fmt: skip
+        rec.sample_load(f"after sweep T={num_tokens}")
+    print(f"construction at context_length={cfg.construct_context_length}", flush=True)
+    run_construct(rec, cfg)
+    if cfg.compile:
+        print("torch.compile, production module", flush=True)
+        run_compile(rec, cfg, cfg.dtypes[0])
+        rec.sample_load("after compile")
+    targets = check_targets(rec.rows, cfg, cfg.dtypes[0], sweep_dtype)
+    print("targets (production module):")
+    for t in targets:
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
+        print(f"  {t['target']}: {t['value']:.3f} (limit {t['limit']}) {verdict}")
+    rec.sample_load("end")
+    return {
+        "schema": SCHEMA_VERSION,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(cfg.device),
+        "config": {
+            "dtypes": list(cfg.dtypes),
+            "sweep_dtype": sweep_dtype,
+            "gpt2": vars(cfg.gpt2),
+            "sweep_batch": cfg.sweep_batch,
+            "sweep_tokens": list(cfg.sweep_tokens),
+            "max_explicit_tokens": cfg.max_explicit_tokens,
+            "group_budget_s": cfg.group_budget_s,
+            "repeats": {
+                "min": cfg.min_repeats,
+                "min_gpt2": cfg.gpt2_min_repeats,
+                "max": cfg.max_repeats,
+            },
+            "reference": REFERENCE,
+            "construct_context_length": cfg.construct_context_length,
+        },
+        "method": METHOD,
+        "load_average": rec.load,
+        "runtime_s": round(time.perf_counter() - rec.start, 1),
+        "matmul_flops_per_s": matmul,
+        "targets": targets,
+        "results": rec.rows,
+    }

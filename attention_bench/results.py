@@ -1,0 +1,113 @@
+"""The results files: where they live, what a row holds, how they were measured (`METHOD`).
+
+One JSON document per machine, `attention_bench/results/<machine>.json`, written by
+`python -m attention_bench` (`nox -s bench`) and read by the Performance page.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["METHOD", "RESULTS_DIR", "SCHEMA_VERSION", "find", "load_results", "machine", "select"]
+
+SCHEMA_VERSION = 1
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+METHOD = {
+    "timing": (
+        "one warm-up call per implementation, then rounds in which each runs once, the order "
+        "rotated each round so that a shared machine's drift hits all alike; "
+        "time.perf_counter per call (torch.cuda.synchronize around it on CUDA); median and "
+        "quartiles"
+    ),
+    "forward": "inference: module.eval(), torch.no_grad()",
+    "forward_backward": (
+        "training: module.train(), dropout 0, input requires grad, out.backward(grad_out)"
+    ),
+    "peak_bytes": (
+        "CPU: running maximum of allocated minus freed tensor bytes recorded by "
+        "torch.profiler.profile(profile_memory=True) during the warm-up call; CUDA: "
+        "torch.cuda.max_memory_allocated() - memory_allocated() before the call. Bytes "
+        "alive before the call (parameters, buffers, input) are excluded: see state_bytes"
+    ),
+    "state_bytes": "parameters + buffers of the module (the wrapper's causal-mask buffers too)",
+    "flops": (
+        "useful FLOPs: projections 2*b*T*d_in*d_out each, QK^T and AV 2*b*T^2*d_out each, "
+        "halved for causal; forward+backward = 3x forward; softmax ignored"
+    ),
+    "matmul_fraction": (
+        "achieved FLOP/s (at the median time) divided by that of the fastest call of "
+        "(b*T, d_model) @ (d_model, d_model), preallocated output, timed in the GPT-2 forward "
+        "group"
+    ),
+    "construct": (
+        "wall time of MultiHeadAttention(d_model, d_model, construct_context_length, 0.0, "
+        "num_heads), min_repeats times, median"
+    ),
+    "first_call_s": (
+        "torch.compile: the first call in each mode, compiling with an empty inductor cache"
+    ),
+}
+"""How every number in a results file was measured: stored in each file, shown by the page."""
+
+
+def machine(device: str) -> dict[str, Any]:
+    """What ran the benchmark: CPU/GPU model, threads, versions, and a file-name slug."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+    }
+    model = info["gpu"] if device == "cuda" else f"{cpu} {info['torch_threads']}t"
+    info["slug"] = re.sub(r"[^a-z0-9]+", "-", f"{device} {model}".lower()).strip("-")
+    info["label"] = (
+        f"{info['gpu']}, torch {torch.__version__}"
+        if device == "cuda"
+        else f"{cpu}, {info['torch_threads']} threads, torch {torch.__version__}"
+    )
+    return info
+
+
+def load_results(directory: Path = RESULTS_DIR) -> list[dict[str, Any]]:
+    """Every results file of the current schema in `directory`, sorted by machine."""
+    docs = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    return [d for d in docs if d.get("schema") == SCHEMA_VERSION]
+
+
+def select(results: Mapping[str, Any], **match: Any) -> Iterator[dict[str, Any]]:
+    """The measured (not skipped) rows of one results document whose fields equal `match`.
+
+    Examples:
+        >>> doc = {"results": [{"impl": "a", "mode": "forward"}, {"impl": "b", "skipped": "x"}]}
+        >>> [row["impl"] for row in select(doc)]
+        ['a']
+    """
+    for row in results["results"]:
+        if "skipped" not in row and all(row.get(k) == v for k, v in match.items()):
+            yield row
+
+
+def find(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any] | None:
+    """The first measured row of `rows` that matches, or None."""
+    return next(select({"results": rows}, **match), None)

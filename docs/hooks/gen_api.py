@@ -1,0 +1,81 @@
+"""The API reference, generated: one page per public module, an index, and the nav.
+
+Run by mkdocs-gen-files at every build (mkdocs.yml), as in mkdocstrings' own recipe; the nav
+is `api/SUMMARY.md`, read by mkdocs-literate-nav. A new module gets its page with no docs
+edit: the packages' module lists are the only source.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from types import ModuleType
+
+import mkdocs_gen_files
+from mkdocs_gen_files.nav import Nav
+
+PACKAGES = {
+    "attention": "The package: every stage of the derivation, the production module, its helpers.",
+    "attention_bench": "The benchmark harness behind the Performance page.",
+}
+
+
+def modules(package: ModuleType) -> list[str]:
+    """Public submodules, in the order the package's docstring names them, then the rest."""
+    names = [m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")]
+    doc = package.__doc__ or ""
+    position = {name: doc.find(f"{package.__name__}.{name}]") for name in names}
+    return sorted(names, key=lambda n: (position[n] < 0, position[n], n))
+
+
+def summary(module: ModuleType) -> str:
+    """The first sentence of a module's docstring, on one line, for the index table."""
+    first = (module.__doc__ or "").strip().split("\n\n")[0]
+    return re.sub(r"\s+", " ", first).replace("|", "\\|")
+
+
+nav = Nav()
+index = [
+    "# API reference",
+    "",
+    "Every public name, rendered from its docstring. The package reads bottom-up like the "
+    "derivation, and so does this reference.",
+    "",
+    '!!! info "Every example on these pages is a test"',
+    "    Each `>>>` example below is run as a doctest by `nox -s tests`, which fails if any",
+    "    printed output differs from what is shown here (a printed float to the precision it",
+    "    is written with). CI runs it on every change, so what you read is what the code prints.",
+]
+nav["Overview"] = "index.md"
+for package_name, about in PACKAGES.items():
+    package = importlib.import_module(package_name)
+    index += [
+        "",
+        f"## `{package_name}`",
+        "",
+        about,
+        "",
+        "| Module | What it holds |",
+        "| --- | --- |",
+    ]
+    for name in modules(package):
+        full = f"{package_name}.{name}"
+        module = importlib.import_module(full)
+        index.append(f"| [`{full}`]({full}.md) | {summary(module)} |")
+        nav[full] = f"{full}.md"
+        with mkdocs_gen_files.open(f"api/{full}.md", "w") as page:
+            page.write(f"::: {full}\n    options:\n      heading_level: 1\n")
+index += [
+    "",
+    "## The top-level package",
+    "",
+    "::: attention",
+    "    options:",
+    "      members: false",
+]
+
+with mkdocs_gen_files.open("api/index.md", "w") as page:
+    page.write("\n".join(index) + "\n")
+with mkdocs_gen_files.open("api/SUMMARY.md", "w") as page:
+    page.writelines(nav.build_literate_nav())
