@@ -18,6 +18,7 @@ __all__ = [
     "check_flag",
     "check_ids",
     "check_input",
+    "check_padding_mask",
     "check_size",
     "check_tensor",
 ]
@@ -236,7 +237,7 @@ def check_dropout(value: object, name: str = "dropout") -> float:
 
 
 def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = None) -> Tensor:
-    """Check that token ids are an integer tensor, each in `0 .. vocab_size - 1`.
+    """Check that token ids are integers, each in `0 .. vocab_size - 1`; return them as a tensor.
 
     Float ids would be truncated silently by `.long()`, and an id outside the vocabulary
     fails deep inside an embedding or a tokenizer: both are refused here, by name.
@@ -247,26 +248,29 @@ def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = Non
         vocab_size: the number of ids, if there is a limit.
 
     Returns:
-        `ids`, a tensor.
+        `ids`, a tensor (a sequence of ints becomes an int64 tensor).
 
     Raises:
-        TypeError: `ids` is not a tensor of an integer dtype.
+        TypeError: `ids` is neither an integer tensor nor a sequence of ints.
         ValueError: an id outside `0 .. vocab_size - 1`.
 
     Examples:
         >>> check_ids(torch.tensor([1.0, 2.0]))
         Traceback (most recent call last):
         ...
-        TypeError: token_ids must be a tensor of integer ids, got dtype torch.float32
+        TypeError: token_ids must be integer ids, got dtype torch.float32
         >>> check_ids(torch.tensor([3, 10]), vocab_size=10)
         Traceback (most recent call last):
         ...
         ValueError: token_ids must be in 0 .. 9 (vocab_size=10), got ids from 3 to 10
     """
     if not isinstance(ids, Tensor):
-        raise TypeError(f"{name} must be a tensor of integer ids, got {type(ids).__name__}")
+        ok = isinstance(ids, Sequence | range) and not isinstance(ids, str | bytes)
+        if not ok or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise TypeError(f"{name} must be integer ids (a tensor, or ints), got {ids!r:.40}")
+        ids = torch.tensor(list(ids), dtype=torch.long)
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"{name} must be a tensor of integer ids, got dtype {ids.dtype}")
+        raise TypeError(f"{name} must be integer ids, got dtype {ids.dtype}")
     if vocab_size is not None and ids.numel() and ids.device.type != "meta":
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab_size:
@@ -275,3 +279,31 @@ def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = Non
                 f"got ids from {low} to {high}"
             )
     return ids
+
+
+def check_padding_mask(
+    key_padding_mask: object, batch: int, num_tokens: int, device: torch.device
+) -> Tensor:
+    """Check a `key_padding_mask`: bool, `(batch, num_tokens)`, on the input's device.
+
+    Examples:
+        >>> check_padding_mask(torch.zeros(2, 5), 2, 5, torch.device("cpu"))
+        Traceback (most recent call last):
+        ...
+        TypeError: key_padding_mask must be a bool tensor (True = padding), got dtype torch.float32
+    """
+    mask = check_tensor("key_padding_mask", key_padding_mask)
+    if mask.shape != (batch, num_tokens):
+        raise ValueError(
+            f"key_padding_mask must have shape (batch, num_tokens) = ({batch}, {num_tokens}), "
+            f"got {tuple(mask.shape)}"
+        )
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"key_padding_mask must be a bool tensor (True = padding), got dtype {mask.dtype}"
+        )
+    if mask.device != device:
+        raise ValueError(
+            f"key_padding_mask must be on the input's device {device}, got {mask.device}"
+        )
+    return mask

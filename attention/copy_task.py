@@ -56,14 +56,7 @@ def token_letters(ids: Tensor | Sequence[int]) -> list[str]:
         >>> token_letters(torch.tensor([0, 1, 25, 30]))
         ['a', 'b', 'z', '30']
     """
-    if isinstance(ids, Tensor):
-        ids = check_tensor("ids", check_ids(ids, "ids"), ndim=1).tolist()
-    elif (
-        not isinstance(ids, Sequence)
-        or isinstance(ids, str | bytes)
-        or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
-    ):
-        raise TypeError(f"ids must be a 1-d tensor or a sequence of int ids, got {ids!r:.40}")
+    ids = check_tensor("ids", check_ids(ids, "ids"), ndim=1).tolist()
     return [TOKEN_LETTERS[i] if 0 <= i < len(TOKEN_LETTERS) else str(i) for i in ids]
 
 

@@ -26,7 +26,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.causal import CausalAttention
-from attention.checks import check_dropout, check_flag, check_input, check_size
+from attention.checks import (
+    check_dropout,
+    check_flag,
+    check_input,
+    check_padding_mask,
+    check_size,
+)
 from attention.core import (
     causal_mask,
     explicit_attention,
@@ -267,7 +273,7 @@ class MultiHeadAttention(nn.Module):
         b, num_tokens, _ = x.shape
         shift = None
         if key_padding_mask is not None:
-            self._check_padding_mask(key_padding_mask, b, num_tokens, x.device)
+            check_padding_mask(key_padding_mask, b, num_tokens, x.device)
             # Padded positions must not matter at all: not even a NaN there may reach the
             # real outputs (0 * NaN = NaN inside a matmul), so their inputs are zeroed first.
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
@@ -374,30 +380,6 @@ class MultiHeadAttention(nn.Module):
                 queries, keys, values, attn_mask=masked.logical_not_(), dropout_p=dropout_p
             )  # (b, h, T, d_h)
         return context_vec.masked_fill(padded_query, 0.0)
-
-    def _check_padding_mask(
-        self, key_padding_mask: Tensor, b: int, num_tokens: int, device: torch.device
-    ) -> None:
-        if not isinstance(key_padding_mask, Tensor):
-            raise TypeError(
-                "key_padding_mask must be a bool tensor of shape (batch, num_tokens), "
-                f"got {type(key_padding_mask).__name__}"
-            )
-        if key_padding_mask.shape != (b, num_tokens):
-            raise ValueError(
-                f"key_padding_mask must have shape (batch, num_tokens) = ({b}, {num_tokens}), "
-                f"got {tuple(key_padding_mask.shape)}"
-            )
-        if key_padding_mask.dtype != torch.bool:
-            raise ValueError(
-                "key_padding_mask must be a bool tensor (True marks padding), "
-                f"got dtype {key_padding_mask.dtype}"
-            )
-        if key_padding_mask.device != device:
-            raise ValueError(
-                f"key_padding_mask must be on the input's device {device}, "
-                f"got {key_padding_mask.device}"
-            )
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:

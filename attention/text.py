@@ -241,7 +241,7 @@ def token_ids_to_text(token_ids: Tensor, tokenizer: tiktoken.Encoding | None = N
         ValueError: token_ids must be in 0 .. 50256 (vocab_size=50257), got ids from -1 to 6109
     """
     tokenizer = tokenizer or gpt2_encoding()
-    check_ids(token_ids, "token_ids", tokenizer.n_vocab)
+    token_ids = check_ids(token_ids, "token_ids", tokenizer.n_vocab)
     if token_ids.ndim == 2 and token_ids.shape[0] == 1:
         token_ids = token_ids.squeeze(0)  # (num_tokens,)
     if token_ids.ndim != 1:
@@ -298,13 +298,7 @@ def sliding_windows(
     """
     check_size("max_length", max_length)
     check_size("stride", stride)
-    if not isinstance(token_ids, Tensor):
-        if not isinstance(token_ids, Sequence | range) or isinstance(token_ids, str | bytes):
-            raise TypeError(f"token_ids must be ids (ints or a tensor), got {token_ids!r:.40}")
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in token_ids):
-            raise TypeError("token_ids must be ints: floats would be truncated silently")
-        token_ids = torch.tensor(list(token_ids), dtype=torch.long)
-    ids = check_ids(token_ids).to(torch.long)  # (n,)
+    ids = check_ids(token_ids).to(torch.long)  # (n,): floats refused, never truncated
     if ids.ndim != 1:
         raise ValueError(f"expected token ids of shape (n,), got shape {tuple(ids.shape)}")
     if ids.numel() < max_length + 1:
