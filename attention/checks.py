@@ -265,8 +265,11 @@ def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = Non
         ValueError: token_ids must be in 0 .. 9 (vocab_size=10), got ids from 3 to 10
     """
     if not isinstance(ids, Tensor):
-        ok = isinstance(ids, Sequence | range) and not isinstance(ids, str | bytes)
-        if not ok or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        if not (
+            isinstance(ids, Sequence | range)
+            and not isinstance(ids, str | bytes)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+        ):
             raise TypeError(f"{name} must be integer ids (a tensor, or ints), got {ids!r:.40}")
         ids = torch.tensor(list(ids), dtype=torch.long)
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:

@@ -38,9 +38,6 @@ __all__ = [
     "causal_mask",
     "explicit_attention",
     "padding_to_attn_mask",
-    "right_padded",
-    "rotate_tokens",
-    "shift_to_right_padding",
     "softmax_stable",
 ]
 
@@ -124,8 +121,13 @@ def softmax_stable(x: Tensor, dim: int = -1) -> Tensor:
     return e / e.sum(dim=dim, keepdim=True)
 
 
-def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> Tensor:
-    r"""The causal mask: True above the diagonal, where key $j$ comes after query $i$ ($j > i$).
+def causal_mask(
+    num_tokens: int, device: torch.device | str | None = None, *, window: int | None = None
+) -> Tensor:
+    r"""The causal mask: True where key $j$ is hidden from query $i$, after it ($j > i$).
+
+    With a `window` $w$, also the keys too far back: query $i$ sees only
+    $i - w < j \le i$, its last $w$ tokens itself included (a sliding window, as in Mistral).
 
     Built for one call: the production module keeps no mask, and builds this one only on the
     explicit path (the fused kernel applies causality itself).
@@ -133,6 +135,7 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> Te
     Args:
         num_tokens: sequence length $T$.
         device: where to build the mask.
+        window: how many tokens each query sees, itself included; None for all before it.
 
     Returns:
         Bool tensor of shape `(num_tokens, num_tokens)`.
@@ -142,10 +145,18 @@ def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> Te
         tensor([[False,  True,  True],
                 [False, False,  True],
                 [False, False, False]])
+        >>> causal_mask(3, window=2)  # token 2 no longer sees token 0
+        tensor([[False,  True,  True],
+                [False, False,  True],
+                [ True, False, False]])
     """
     check_size("num_tokens", num_tokens, minimum=0)
     ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device)
-    return torch.triu(ones, diagonal=1)
+    mask = torch.triu(ones, diagonal=1)  # j > i: the future
+    if window is not None:
+        check_size("window", window)
+        mask |= torch.tril(ones, diagonal=-window)  # j <= i - window: too far back
+    return mask
 
 
 def padding_to_attn_mask(key_padding_mask: Tensor) -> Tensor:
@@ -172,55 +183,6 @@ def padding_to_attn_mask(key_padding_mask: Tensor) -> Tensor:
             f"key_padding_mask must be a bool tensor, got dtype {key_padding_mask.dtype}"
         )
     return key_padding_mask[:, None, None, :]
-
-
-def right_padded(key_padding_mask: Tensor) -> bool:
-    """Whether every row is real tokens, then padding (`[F, ..., F, T, ..., T]`): O(b T).
-
-    Examples:
-        >>> right_padded(torch.tensor([[False, True], [False, False]]))
-        True
-        >>> right_padded(torch.tensor([[True, False]]))
-        False
-    """
-    return bool((key_padding_mask[:, :-1] <= key_padding_mask[:, 1:]).all())
-
-
-def shift_to_right_padding(key_padding_mask: Tensor) -> Tensor | None:
-    """How far to rotate each row so that its real tokens come first, or None.
-
-    None when every row already starts with its real tokens (no rotation needed), or when some
-    row's real tokens are not one contiguous run (no rotation makes it right-padded).
-    Otherwise the first real position of each row (0 for an all-padding row): O(b T).
-
-    Examples:
-        >>> left = torch.tensor([[True, True, False], [False, False, False]])
-        >>> shift_to_right_padding(left)  # rotate row 0 left by 2, row 1 not at all
-        tensor([2, 0])
-        >>> rotate_tokens(left, shift_to_right_padding(left))  # now right-padded
-        tensor([[False,  True,  True],
-                [False, False, False]])
-    """
-    real = ~key_padding_mask  # (b, T)
-    first = real.int().argmax(dim=1)  # (b,): the first real token (0 if there is none)
-    if not bool(first.any()):
-        return None
-    positions = torch.arange(real.shape[1], device=real.device)  # (T,)
-    last = first + real.sum(dim=1)  # (b,): one past the last real token
-    run = (positions >= first[:, None]) & (positions < last[:, None])  # (b, T)
-    return first if bool((run == real).all()) else None
-
-
-def rotate_tokens(t: Tensor, shift: Tensor) -> Tensor:
-    """Row `i` of `t` (`(b, T, ...)`) rotated left by `shift[i]` tokens: `t[i, (j + s) % T]`.
-
-    `rotate_tokens(rotate_tokens(t, shift), -shift)` is `t`.
-    """
-    num_tokens = t.shape[1]
-    positions = torch.arange(num_tokens, device=t.device)  # (T,)
-    index = (positions + shift[:, None]) % num_tokens  # (b, T)
-    index = index.view(*index.shape, *([1] * (t.ndim - 2))).expand_as(t)
-    return t.gather(1, index)
 
 
 def explicit_attention(

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Literal, overload
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.causal import CausalAttention
@@ -33,14 +32,14 @@ from attention.checks import (
     check_padding_mask,
     check_size,
 )
-from attention.core import (
-    causal_mask,
-    explicit_attention,
-    padding_to_attn_mask,
-    right_padded,
+from attention.core import causal_mask, explicit_attention
+from attention.fused import (
+    attention_mask,
+    fused_attention,
     rotate_tokens,
     shift_to_right_padding,
 )
+from attention.positions import apply_rope, rope_angles, rope_frequencies
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
 
@@ -107,66 +106,74 @@ class MultiHeadAttention(nn.Module):
     r"""Production multi-head self-attention on PyTorch's fused kernel.
 
     $$
-    Q = X W_q,\; K = X W_k,\; V = X W_v \in \mathbb{R}^{T \times d_\text{out}}
-    $$
-
-    $$
-    \xrightarrow{\text{split}}\; Q^{(i)}, K^{(i)}, V^{(i)} \in \mathbb{R}^{T \times d_h},
-    \qquad d_h = d_\text{out} / h,
+    Q = X W_q \in \mathbb{R}^{T \times h d_h}, \qquad
+    K = X W_k,\; V = X W_v \in \mathbb{R}^{T \times h_{kv} d_h},
     $$
 
     $$
     Z^{(i)} = \operatorname{dropout}\!\left(\operatorname{softmax}\!\left(
-    \frac{Q^{(i)} K^{(i)\top}}{\sqrt{d_h}} + M\right)\right) V^{(i)},
+    \frac{Q^{(i)} K^{(g(i))\top}}{\sqrt{d_h}} + M\right)\right) V^{(g(i))},
+    \qquad g(i) = \lfloor i\, h_{kv} / h \rfloor,
     $$
 
     $$
     \text{out} = [Z^{(1)}; \dots; Z^{(h)}]\, W_o + b_o,
     $$
 
-    with $M_{ij} = -\infty$ where key $j$ is in the future ($j > i$, if `causal`) or is padding.
+    with $M_{ij} = -\infty$ where key $j$ is in the future ($j > i$, if `causal`), beyond the
+    `window` ($j \le i - w$) or padding. Query head $i$ reads key/value head $g(i)$: with
+    `num_kv_heads` $h_{kv} < h$ heads share keys and values (grouped-query attention; $h_{kv} =
+    1$ is multi-query attention). With `rope`, each head's queries and keys are rotated by
+    their positions first ([`attention.positions`][attention.positions]).
 
-    By default the attention runs in `torch.nn.functional.scaled_dot_product_attention`, which
-    dispatches to a fused flash or memory-efficient kernel and never materialises the
+    By default the attention runs in `torch.nn.functional.scaled_dot_product_attention` through
+    [`fused_attention`][attention.fused.fused_attention], which never materialises the
     $T \times T$ weights. With `need_weights=True` it runs the explicit path
     ([`explicit_attention`][attention.core.explicit_attention]) and returns the weights too.
-    Both paths are tested equal (outputs and gradients) and equal to
+    Both paths are tested equal (outputs and gradients), and equal to
     `torch.nn.MultiheadAttention` with the same weights.
 
     Parameters are created in the book's order (`W_query`, `W_key`, `W_value`, `out_proj`), so
-    under the same `torch.manual_seed` this module equals the book's `MultiHeadAttention`.
-    Unlike the book's class it keeps no `(context_length, context_length)` mask buffer (16 GiB
-    at 131,072 tokens): the kernel applies causality itself, and the explicit path builds the
-    mask of the call's length. A book checkpoint's `mask` entry (bool or float) is checked to be
-    the causal mask and dropped, so `load_state_dict(book_state_dict)` works with `strict=True`.
+    with the defaults and the same `torch.manual_seed` this module equals the book's
+    `MultiHeadAttention`. Unlike the book's class it keeps no `(context_length,
+    context_length)` mask buffer (16 GiB at 131,072 tokens). A book checkpoint's `mask` entry
+    (bool or float) is checked to be the causal mask and dropped, so
+    `load_state_dict(book_state_dict)` works with `strict=True`.
 
     Compiling and exporting: `torch.compile` works (with a `key_padding_mask`, the check for
     right padding reads the mask, one graph break); `torch.export` works with a dynamic token
-    count, with or without a padding mask (an exported program takes the bool-mask path for
-    every padding). `torch.jit.script` is not supported: TorchScript is deprecated upstream.
+    count, with or without a padding mask. `torch.jit.script` is not supported: TorchScript is
+    deprecated upstream. A NaN or infinity in a *real* token's input reaches every output that
+    attends to it, and, as in PyTorch's kernels, also the earlier ones ($0 \cdot \text{NaN}$);
+    in a padded position it changes nothing.
 
     Args:
         d_in: width of each input embedding.
-        d_out: total output width, split across heads; must be divisible by `num_heads`.
+        d_out: total output width $h d_h$, split across heads.
         context_length: the longest sequence supported.
         dropout: dropout probability on the attention weights, active in training only.
-        num_heads: number of heads $h$.
+        num_heads: number of query heads $h$.
         qkv_bias: whether the query/key/value projections have a bias (`out_proj` always has).
         causal: mask future tokens (decoder style); `False` for encoder-style attention.
+        num_kv_heads: key/value heads $h_{kv}$, dividing `num_heads`; default `num_heads`.
+        window: with `causal`, the tokens each query sees, itself included; default all.
+        rope: rotate queries and keys by their positions (rotate-half RoPE).
+        rope_base: RoPE's base.
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
-        W_key: `nn.Linear(d_in, d_out)`.
-        W_value: `nn.Linear(d_in, d_out)`.
+        W_key: `nn.Linear(d_in, num_kv_heads * head_dim)`.
+        W_value: `nn.Linear(d_in, num_kv_heads * head_dim)`.
         out_proj: `nn.Linear(d_out, d_out)`, $W_o$ and $b_o$.
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
         head_dim: $d_h$ = `d_out // num_heads`.
 
     Raises:
-        TypeError: a size is not an int, or `dropout` not a number.
-        ValueError: a size below 1, `dropout` outside $[0, 1)$, or `d_out` not divisible by
-            `num_heads`.
+        TypeError: a size is not an int, a switch not a bool, or `dropout` not a number.
+        ValueError: a size below 1, `dropout` outside $[0, 1)$, `d_out` not divisible by
+            `num_heads`, `num_heads` not by `num_kv_heads`, a window without `causal`, or
+            `rope` with an odd `head_dim`.
 
     Examples:
         >>> from attention.simple import example_inputs
@@ -188,6 +195,13 @@ class MultiHeadAttention(nn.Module):
         torch.Size([2, 2, 6, 6])
         >>> torch.allclose(out, context_vecs, atol=1e-6)
         True
+
+        A current model's layer: 8 query heads sharing 2 key/value heads, RoPE, a window:
+
+        >>> llama_like = MultiHeadAttention(64, 64, context_length=4096, dropout=0.0,
+        ...     num_heads=8, num_kv_heads=2, rope=True, window=1024)
+        >>> llama_like.W_key  # 2 heads of 8: a quarter of the keys
+        Linear(in_features=64, out_features=16, bias=False)
     """
 
     def __init__(
@@ -200,6 +214,10 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool = False,
         *,
         causal: bool = True,
+        num_kv_heads: int | None = None,
+        window: int | None = None,
+        rope: bool = False,
+        rope_base: float = 10000.0,
     ) -> None:
         super().__init__()
         for name, value in (("d_in", d_in), ("d_out", d_out), ("num_heads", num_heads)):
@@ -210,16 +228,39 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"d_out must be divisible by num_heads: got d_out={d_out}, num_heads={num_heads}"
             )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_size("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                "num_heads must be divisible by num_kv_heads (each key/value head serves a "
+                f"group of query heads): got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
+            )
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
         self.head_dim = d_out // num_heads
         self.causal = check_flag("causal", causal)
+        if window is not None:
+            check_size("window", window)
+            if not causal:
+                raise ValueError(f"a sliding window needs causal=True, got window={window}")
+        self.window = window
+        self.rope = check_flag("rope", rope)
+        if rope:
+            rope_frequencies(self.head_dim, rope_base)  # checks rope_base
+            if self.head_dim % 2:
+                raise ValueError(
+                    "rope rotates pairs of dimensions: head_dim = d_out // num_heads must be "
+                    f"even, got head_dim={self.head_dim}"
+                )
+        self.rope_base = float(rope_base)
         check_flag("qkv_bias", qkv_bias)
+        kv_dim = num_kv_heads * self.head_dim
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, kv_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, kv_dim, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
         self.register_load_state_dict_pre_hook(_drop_book_mask)  # type: ignore[no-untyped-call]
@@ -277,31 +318,44 @@ class MultiHeadAttention(nn.Module):
             # Padded positions must not matter at all: not even a NaN there may reach the
             # real outputs (0 * NaN = NaN inside a matmul), so their inputs are zeroed first.
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
-            if self.causal and not need_weights and _can_read(key_padding_mask):
-                # The kernel needs no mask for real tokens followed by padding (see _fused).
-                # Rows whose real tokens are one run elsewhere (left padding) are rotated
-                # into that layout here, and their outputs rotated back at the end.
+            if self.causal and not need_weights:
+                # The kernel needs no mask for real tokens followed by padding: rows whose
+                # real tokens are one run elsewhere (left padding) are rotated into that
+                # layout here, and their outputs rotated back at the end.
                 shift = shift_to_right_padding(key_padding_mask)  # (b,) or None
                 if shift is not None:
                     x = rotate_tokens(x, shift)  # (b, T, d_in)
                     key_padding_mask = rotate_tokens(key_padding_mask, shift)  # (b, T)
 
-        # Q = X W_q, K = X W_k, V = X W_v, then split d_out into num_heads x head_dim
-        # and move heads before tokens: (b, T, d_out) -> (b, T, h, d_h) -> (b, h, T, d_h)
-        queries = self._split_heads(self.W_query(x))  # (b, h, T, d_h)
-        keys = self._split_heads(self.W_key(x))  # (b, h, T, d_h)
-        values = self._split_heads(self.W_value(x))  # (b, h, T, d_h)
+        # Q = X W_q, K = X W_k, V = X W_v, each split into heads of head_dim and moved before
+        # the tokens: (b, T, h * d_h) -> (b, T, h, d_h) -> (b, h, T, d_h)
+        queries = self._split_heads(self.W_query(x), self.num_heads)  # (b, h, T, d_h)
+        keys = self._split_heads(self.W_key(x), self.num_kv_heads)  # (b, h_kv, T, d_h)
+        values = self._split_heads(self.W_value(x), self.num_kv_heads)  # (b, h_kv, T, d_h)
         del x  # a zeroed or rotated copy is freed here, before the kernel (when not training)
+        if self.rope:  # rotate the pairs of each query and key by m * theta_i, m its position
+            cos, sin = rope_angles(num_tokens, self.head_dim, self.rope_base,
+                                   device=queries.device, dtype=queries.dtype)  # fmt: skip
+            queries, keys = apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)
 
         attn_weights = None
         if need_weights:
-            mask = self._attn_mask(num_tokens, key_padding_mask, values.device)  # (T, T)|(b,1,T,T)
+            group = self.num_heads // self.num_kv_heads  # query head i reads kv head i // group
+            keys = keys.repeat_interleave(group, dim=1)  # (b, h, T, d_h)
+            values = values.repeat_interleave(group, dim=1)  # (b, h, T, d_h)
+            mask = attention_mask(
+                num_tokens, causal=self.causal, window=self.window,
+                key_padding_mask=key_padding_mask, device=queries.device,
+            )  # fmt: skip
             context_vec, attn_weights = explicit_attention(
                 queries, keys, values, mask, dropout=self.dropout
             )
         else:
-            dropout_p = self.dropout.p if self.training else 0.0  # the kernel drops weights itself
-            context_vec = self._fused(queries, keys, values, key_padding_mask, dropout_p)
+            context_vec = fused_attention(
+                queries, keys, values, causal=self.causal, window=self.window,
+                key_padding_mask=key_padding_mask,
+                dropout_p=self.dropout.p if self.training else 0.0,
+            )  # fmt: skip
 
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
@@ -313,73 +367,21 @@ class MultiHeadAttention(nn.Module):
             return out, attn_weights
         return out
 
-    def _split_heads(self, t: Tensor) -> Tensor:
+    def _split_heads(self, t: Tensor, num_heads: int) -> Tensor:
         b, num_tokens, _ = t.shape
-        t = t.view(b, num_tokens, self.num_heads, self.head_dim)  # (b, T, h, d_h)
-        return t.transpose(1, 2)  # (b, h, T, d_h)
+        t = t.view(b, num_tokens, num_heads, self.head_dim)  # (b, T, heads, d_h)
+        return t.transpose(1, 2)  # (b, heads, T, d_h)
 
-    def _attn_mask(
-        self, num_tokens: int, key_padding_mask: Tensor | None, device: torch.device
-    ) -> Tensor | None:
-        """The explicit path's bool mask (True = masked), or None when nothing is masked.
-
-        Future keys (if causal), padded keys, and every key of a padded query: its row is
-        fully masked, so `explicit_attention` gives it zero weights.
-        """
-        mask = causal_mask(num_tokens, device=device) if self.causal else None  # (T, T)
-        if key_padding_mask is None:
-            return mask
-        padding = padding_to_attn_mask(key_padding_mask) | key_padding_mask[:, None, :, None]
-        return padding if mask is None else mask | padding  # (b, 1, T, T)
-
-    def _fused(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        key_padding_mask: Tensor | None,
-        dropout_p: float,
-    ) -> Tensor:
-        """The fused kernel, with the least mask each case needs; padded queries get zeros.
-
-        SDPA takes `is_causal` or a mask, not both, and builds nothing $T \\times T$ for
-        `is_causal`. So:
-
-        - no padding: `is_causal` (or nothing);
-        - causal, right padding (every row: real tokens, then padding): `is_causal` alone,
-          since each padded key comes after every real query and the causal mask hides it
-          (`forward` rotates left-padded rows into this layout first);
-        - not causal: the `(b, 1, 1, T)` key mask, broadcast by the kernel;
-        - causal, padding with holes (real tokens that are not one run): one bool
-          `(b, 1, T, T)` mask.
-        """
-        if key_padding_mask is None:
-            # The kernel applies the causal mask itself, block by block: nothing T x T is built.
-            return F.scaled_dot_product_attention(
-                queries, keys, values, dropout_p=dropout_p, is_causal=self.causal
-            )
-        padded_query = key_padding_mask[:, None, :, None]  # (b, 1, T, 1)
-        if self.causal and _can_read(key_padding_mask) and right_padded(key_padding_mask):
-            context_vec = F.scaled_dot_product_attention(
-                queries, keys, values, dropout_p=dropout_p, is_causal=True
-            )
-        else:
-            if self.causal:
-                num_tokens = queries.shape[-2]
-                masked = causal_mask(num_tokens, device=queries.device)  # (T, T)
-                masked = masked | padding_to_attn_mask(key_padding_mask)  # (b, 1, T, T)
-                # A padded query may have no key left (under left padding), and
-                # softmax(-inf, ..., -inf) is NaN: let it attend anywhere; it is zeroed below.
-                masked &= ~padded_query
-            else:
-                # Only an all-padding row has no key left: let its queries attend to all.
-                all_padding = key_padding_mask.all(dim=-1, keepdim=True)  # (b, 1)
-                masked = padding_to_attn_mask(key_padding_mask & ~all_padding)  # (b, 1, 1, T)
-            # SDPA's bool masks say True = may attend: the opposite of ours.
-            context_vec = F.scaled_dot_product_attention(
-                queries, keys, values, attn_mask=masked.logical_not_(), dropout_p=dropout_p
-            )  # (b, h, T, d_h)
-        return context_vec.masked_fill(padded_query, 0.0)
+    def extra_repr(self) -> str:
+        """Shown by `print(module)`: what is not visible in the submodules."""
+        options = [f"num_heads={self.num_heads}", f"causal={self.causal}"]
+        if self.num_kv_heads != self.num_heads:
+            options.append(f"num_kv_heads={self.num_kv_heads}")
+        if self.window is not None:
+            options.append(f"window={self.window}")
+        if self.rope:
+            options.append(f"rope_base={self.rope_base:g}")
+        return ", ".join(options)
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
@@ -434,16 +436,6 @@ class MultiHeadAttention(nn.Module):
             fused.out_proj.weight.copy_(torch.eye(fused.d_out))
             fused.out_proj.bias.zero_()
         return fused.train(wrapper.training)
-
-
-def _can_read(key_padding_mask: Tensor) -> bool:
-    """Whether the mask's values may steer the computation: not while exporting (one program
-    for every mask), not on the meta device (no values), not for zero tokens (nothing to do)."""
-    return (
-        not torch.compiler.is_exporting()
-        and key_padding_mask.device.type != "meta"
-        and key_padding_mask.shape[1] > 0
-    )
 
 
 def _drop_book_mask(

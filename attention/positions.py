@@ -1,0 +1,215 @@
+r"""Where a token is: absolute position vectors, and rotary position embeddings (RoPE).
+
+Attention by itself is blind to order: permute the tokens and the outputs permute with them.
+Two ways to tell it where each token is:
+
+- **absolute**: add a vector per position to the input, learned (GPT-2, the book's
+  `pos_emb`, [`TokenAndPositionEmbedding`][attention.text.TokenAndPositionEmbedding]) or fixed
+  sinusoids ([`sinusoidal_positions`][attention.positions.sinusoidal_positions], *Attention Is
+  All You Need*);
+- **rotary** (RoPE, Su et al. 2021; Llama, Mistral, Qwen, Gemma): rotate each query and key,
+  pair of dimensions by pair, by an angle proportional to its position. A rotation by
+  $m\theta$ of the query and $n\theta$ of the key leaves, in their dot product, only the
+  difference $(m - n)\theta$, so the score depends on the offset $m - n$ and not on where the
+  pair sits:
+
+$$
+\langle R_{m\theta}\, q,\; R_{n\theta}\, k \rangle = \langle q,\; R_{(n - m)\theta}\, k \rangle,
+\qquad \theta_i = \text{base}^{-2i/d_h},\; i = 0, \dots, d_h/2 - 1 .
+$$
+
+Which dimensions form a pair is a convention: *rotate-half* (Llama, Hugging Face) pairs
+dimension $i$ with $i + d_h/2$; the original paper pairs $2i$ with $2i+1$
+([`apply_rope_interleaved`][attention.positions.apply_rope_interleaved]). The two are the same
+rotation up to a permutation of the dimensions.
+
+Examples:
+    >>> q = torch.randn(1, 4, 8)  # (batch, num_tokens, head_dim)
+    >>> cos, sin = rope_angles(4, head_dim=8)  # (num_tokens, head_dim) each
+    >>> apply_rope(q, cos, sin).shape
+    torch.Size([1, 4, 8])
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attention.checks import check_size, check_tensor
+
+__all__ = [
+    "apply_rope",
+    "apply_rope_interleaved",
+    "rope_angles",
+    "rope_frequencies",
+    "rotate_half",
+    "sinusoidal_positions",
+]
+
+
+def sinusoidal_positions(num_tokens: int, d_model: int, base: float = 10000.0) -> Tensor:
+    r"""The fixed position vectors of *Attention Is All You Need*, one row per position.
+
+    $$
+    P_{t, 2i} = \sin(t\, \theta_i), \qquad P_{t, 2i+1} = \cos(t\, \theta_i), \qquad
+    \theta_i = \text{base}^{-2i/d}.
+    $$
+
+    Args:
+        num_tokens: positions $t = 0, \dots$, `num_tokens - 1`.
+        d_model: width $d$, even.
+        base: the longest wavelength's scale.
+
+    Returns:
+        Shape `(num_tokens, d_model)`, to add to the token embeddings.
+
+    Raises:
+        ValueError: `d_model` is odd.
+
+    Examples:
+        >>> P = sinusoidal_positions(3, 4)
+        >>> P[0]  # position 0: sin 0 = 0, cos 0 = 1
+        tensor([0., 1., 0., 1.])
+    """
+    check_size("num_tokens", num_tokens, minimum=0)
+    check_size("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(f"d_model must be even (sin, cos pairs), got {d_model}")
+    theta = rope_frequencies(d_model, base)  # (d/2,)
+    angles = torch.arange(num_tokens, dtype=torch.float32)[:, None] * theta  # (T, d/2)
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (T, d)
+
+
+def rope_frequencies(
+    head_dim: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    r"""$\theta_i = \text{base}^{-2i/d_h}$, $i = 0, \dots, d_h/2 - 1$: one angle per pair.
+
+    The first pair turns by one radian per position; the last by about $1/\text{base}$, so
+    slowly that it tells apart positions thousands of tokens apart.
+
+    Examples:
+        >>> rope_frequencies(4, base=100.0)
+        tensor([1.0000, 0.1000])
+    """
+    check_size("head_dim", head_dim)
+    if not (isinstance(base, int | float) and not isinstance(base, bool) and base > 1):
+        raise ValueError(f"rope_base must be a number > 1, got {base!r}")
+    exponents = torch.arange(0, head_dim - 1, 2, dtype=torch.float64) / head_dim  # 2i / d_h
+    return (base**-exponents).to(dtype)  # (d_h / 2,), computed in float64
+
+
+def rope_angles(
+    num_tokens: int,
+    head_dim: int,
+    base: float = 10000.0,
+    *,
+    offset: int = 0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor]:
+    r"""$\cos$ and $\sin$ of $m\,\theta_i$, positions $m$ = `offset` ... `offset + num_tokens - 1`.
+
+    Each angle appears twice, for both dimensions of its rotate-half pair: column $i$ and
+    column $i + d_h/2$ hold the same angle. Computed for the positions a call needs, never for
+    a whole `context_length`.
+
+    Args:
+        num_tokens: how many positions.
+        head_dim: $d_h$, even.
+        base: RoPE's base (10,000 in the paper and Llama 2; 500,000 in Llama 3).
+        offset: the first position (a cache's length, when generating).
+        device: where to build them.
+        dtype: their dtype (the angles are computed in float64 first).
+
+    Returns:
+        `(cos, sin)`, each `(num_tokens, head_dim)`.
+
+    Raises:
+        ValueError: `head_dim` is odd.
+
+    Examples:
+        >>> cos, sin = rope_angles(2, head_dim=4, base=100.0)
+        >>> sin  # position 1 turns pair 0 by 1 radian, pair 1 by 0.1
+        tensor([[0.0000, 0.0000, 0.0000, 0.0000],
+                [0.8415, 0.0998, 0.8415, 0.0998]])
+    """
+    check_size("head_dim", head_dim)
+    if head_dim % 2:
+        raise ValueError(f"RoPE rotates pairs of dimensions: head_dim must be even, got {head_dim}")
+    theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h/2,)
+    positions = torch.arange(offset, offset + num_tokens, dtype=torch.float64)  # (T,)
+    angles = positions[:, None] * theta  # m * theta_i: (T, d_h/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, d_h): pair (i, i + d_h/2)
+    return angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """`(x1, x2) -> (-x2, x1)` on the last dimension's halves: a 90-degree turn of each pair.
+
+    Examples:
+        >>> rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+        tensor([-3., -4.,  1.,  2.])
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    r"""Rotate each rotate-half pair of `x` by its position's angle.
+
+    For the pair $(x_i, x_{i + d_h/2})$ at position $m$:
+
+    $$
+    \begin{pmatrix} x_i' \\ x_{i+d_h/2}' \end{pmatrix} =
+    \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\ \sin m\theta_i & \cos m\theta_i
+    \end{pmatrix}
+    \begin{pmatrix} x_i \\ x_{i+d_h/2} \end{pmatrix},
+    $$
+
+    that is `x * cos + rotate_half(x) * sin`.
+
+    Args:
+        x: queries or keys, `(..., num_tokens, head_dim)`.
+        cos: from [`rope_angles`][attention.positions.rope_angles], `(num_tokens, head_dim)`.
+        sin: likewise.
+
+    Returns:
+        The rotated `x`, same shape.
+    """
+    check_tensor("x", x, floating=True)
+    if cos.shape != x.shape[-2:] or sin.shape != cos.shape:
+        raise ValueError(
+            f"cos and sin must have shape (num_tokens, head_dim) = {tuple(x.shape[-2:])}, "
+            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
+        )
+    return x * cos + rotate_half(x) * sin
+
+
+def apply_rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """The original paper's pairing: dimensions `(2i, 2i+1)` turn together by $m\\theta_i$.
+
+    Equal to [`apply_rope`][attention.positions.apply_rope] after moving dimension $2i$ to $i$
+    and $2i+1$ to $i + d_h/2$ (and back).
+
+    Args:
+        x: `(..., num_tokens, head_dim)`.
+        cos: from [`rope_angles`][attention.positions.rope_angles] (rotate-half layout).
+        sin: likewise.
+
+    Returns:
+        The rotated `x`, same shape.
+
+    Examples:
+        >>> x = torch.randn(5, 8)
+        >>> cos, sin = rope_angles(5, 8)
+        >>> to_half = torch.cat((torch.arange(0, 8, 2), torch.arange(1, 8, 2)))  # 0 2 4 6 1 3 5 7
+        >>> torch.allclose(apply_rope_interleaved(x, cos, sin)[..., to_half],
+        ...                apply_rope(x[..., to_half], cos, sin), atol=1e-6)
+        True
+    """
+    half = x.shape[-1] // 2
+    c, s = cos[..., :half], sin[..., :half]  # one angle per pair: (T, d_h/2)
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., T, d_h/2) each
+    out = torch.stack((x_even * c - x_odd * s, x_even * s + x_odd * c), dim=-1)
+    return out.flatten(-2)  # interleave back: (..., T, d_h)

@@ -1,0 +1,223 @@
+"""Grouped-query heads, sliding windows and RoPE in the production module, against a reference.
+
+The reference below is written independently of the package, in float64, one head at a time:
+RoPE through complex numbers, the window and padding as explicit index rules, each query head
+reading its key/value head by `i // group`. Every path of the module (fused, explicit) must
+equal it, in outputs and gradients, in every combination, with every padding layout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attention import MultiHeadAttention
+from attention.testing import padding_mask, sdpa_calls
+
+B, T, D_IN, H = 3, 11, 6, 4
+HEAD_DIM = 4
+D_OUT = H * HEAD_DIM
+
+
+def layout(kind: str) -> torch.Tensor | None:
+    lengths = [T, T - 4, 3]
+    if kind == "none":
+        return None
+    if kind in ("right", "left"):
+        return padding_mask(lengths, T, side=kind)  # type: ignore[arg-type]
+    holes = torch.zeros(B, T, dtype=torch.bool)
+    holes[1:, 1::3] = True
+    return holes
+
+
+def reference(
+    mha: MultiHeadAttention, x: torch.Tensor, padding: torch.Tensor | None
+) -> torch.Tensor:
+    """The module's function, written out per head with index rules (float64 in, out)."""
+    b, n, _ = x.shape
+    h, h_kv, d = mha.num_heads, mha.num_kv_heads, mha.head_dim
+    pad = torch.zeros(b, n, dtype=torch.bool) if padding is None else padding
+    x = x.masked_fill(pad[..., None], 0.0)
+
+    def project(linear: torch.nn.Linear, heads: int) -> torch.Tensor:
+        out = x @ linear.weight.T + (0 if linear.bias is None else linear.bias)
+        return out.view(b, n, heads, d).transpose(1, 2)  # (b, heads, n, d)
+
+    q, k, v = project(mha.W_query, h), project(mha.W_key, h_kv), project(mha.W_value, h_kv)
+    if mha.rope:  # pair (j, j + d/2) as one complex number, turned by e^{i m theta_j}
+        theta = mha.rope_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        turn = torch.polar(torch.ones(n, d // 2, dtype=torch.float64),
+                           torch.arange(n, dtype=torch.float64)[:, None] * theta)  # fmt: skip
+
+        def rotate(t: torch.Tensor) -> torch.Tensor:
+            z = torch.complex(t[..., : d // 2], t[..., d // 2 :]) * turn
+            return torch.cat((z.real, z.imag), dim=-1)
+
+        q, k = rotate(q), rotate(k)
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    hidden = torch.zeros(n, n, dtype=torch.bool)
+    if mha.causal:
+        hidden |= j > i
+    if mha.window is not None:
+        hidden |= j <= i - mha.window
+    heads = []
+    for head in range(h):
+        g = head // (h // h_kv)
+        scores = q[:, head] @ k[:, g].transpose(-2, -1) / math.sqrt(d)  # (b, n, n)
+        masked = hidden | pad[:, None, :]  # (b, n, n)
+        scores = scores.masked_fill(masked, -math.inf)
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+        weights = weights.masked_fill(pad[:, :, None], 0.0)  # a padded query attends to nothing
+        heads.append(weights @ v[:, g])  # (b, n, d)
+    context = torch.cat(heads, dim=-1)  # (b, n, h * d)
+    return context @ mha.out_proj.weight.T + mha.out_proj.bias
+
+
+CASES = [
+    # (num_kv_heads, window, rope, causal)
+    *itertools.product([H, 2, 1], [None, 1, 3, T + 5], [False, True], [True]),
+    *itertools.product([H, 1], [None], [False, True], [False]),
+]
+
+
+@pytest.mark.parametrize(("num_kv_heads", "window", "rope", "causal"), CASES)
+@pytest.mark.parametrize("kind", ["none", "right", "left", "holes"])
+def test_every_combination_equals_the_reference(
+    num_kv_heads: int, window: int | None, rope: bool, causal: bool, kind: str
+) -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(
+        D_IN, D_OUT, T, 0.0, H, qkv_bias=True, causal=causal,
+        num_kv_heads=num_kv_heads, window=window, rope=rope,
+    ).double()  # fmt: skip
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    padding = layout(kind)
+    expected = reference(mha, x, padding)
+    for need_weights in (False, True):
+        mha.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        out = mha(xi, padding, need_weights=True)[0] if need_weights else mha(xi, padding)
+        assert_close(out, expected, atol=1e-10, rtol=0)
+        # and the gradients: of the input, and of every parameter
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        grads = [xi.grad, *(p.grad for p in mha.parameters())]
+        ref_mha = mha
+        xr = x.clone().requires_grad_(True)
+        for p in ref_mha.parameters():
+            p.grad = None
+        (
+            reference(ref_mha, xr, padding) * torch.linspace(-1, 1, out.numel()).view_as(out)
+        ).sum().backward()
+        for got, want in zip(
+            grads, [xr.grad, *(p.grad for p in ref_mha.parameters())], strict=True
+        ):
+            assert got is not None and want is not None
+            assert_close(got, want, atol=1e-10, rtol=0)
+
+
+def test_rope_scores_depend_only_on_the_offset() -> None:
+    """<R_m q, R_n k> is the same for (m, n) and (m + s, n + s)."""
+    from attention.positions import apply_rope, rope_angles
+
+    q, k = torch.randn(2, 16, dtype=torch.float64)
+    cos, sin = rope_angles(40, 16, dtype=torch.float64)
+    rotated_q, rotated_k = (
+        apply_rope(q.expand(40, 16), cos, sin),
+        apply_rope(k.expand(40, 16), cos, sin),
+    )
+    scores = rotated_q @ rotated_k.T  # (40, 40): score of query at m, key at n
+    for offset in (-7, 0, 3, 20):
+        diagonal = scores.diagonal(offset)  # all pairs with n - m = offset
+        assert_close(diagonal, diagonal[:1].expand_as(diagonal), atol=1e-12, rtol=0)
+
+
+def test_default_num_kv_heads_is_todays_module() -> None:
+    torch.manual_seed(7)
+    default = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H)
+    torch.manual_seed(7)
+    explicit = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, num_kv_heads=H)
+    assert default.state_dict().keys() == explicit.state_dict().keys()
+    for a, b in zip(default.parameters(), explicit.parameters(), strict=True):
+        assert torch.equal(a, b)  # the same draws in the same order
+    x = torch.randn(2, T, D_IN)
+    assert torch.equal(default(x), explicit(x))
+
+
+def test_multi_query_equals_heads_that_share_one_copied_key_and_value() -> None:
+    """MQA (one key/value head) is MHA whose key/value heads are all the same copy."""
+    torch.manual_seed(0)
+    mqa = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, num_kv_heads=1, qkv_bias=True)
+    mha = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, qkv_bias=True)
+    with torch.no_grad():
+        for name in ("W_query", "out_proj"):
+            getattr(mha, name).load_state_dict(getattr(mqa, name).state_dict())
+        for name in ("W_key", "W_value"):
+            getattr(mha, name).weight.copy_(getattr(mqa, name).weight.repeat(H, 1))
+            getattr(mha, name).bias.copy_(getattr(mqa, name).bias.repeat(H))
+    x = torch.randn(2, T, D_IN)
+    assert_close(mqa(x), mha(x), atol=1e-6, rtol=0)
+    assert mqa.W_key.weight.numel() * H == mha.W_key.weight.numel()
+
+
+def test_window_of_one_sees_only_itself_and_a_wide_window_is_no_window() -> None:
+    torch.manual_seed(0)
+    alone = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, window=1)
+    x = torch.randn(2, T, D_IN)
+    with torch.no_grad():
+        values_only = alone.out_proj(alone.W_value(x))  # weight 1 on itself: Z = V
+    assert_close(alone(x), values_only, atol=1e-6, rtol=0)
+    wide = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, window=T)
+    full = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H)
+    full.load_state_dict(wide.state_dict())
+    assert_close(wide(x), full(x), atol=1e-6, rtol=0)
+
+
+def test_a_long_window_builds_no_t_by_t_mask() -> None:
+    """At T = 2,048 with a window of 64, the kernel gets (blocks, 1, 64, 128) masks only."""
+    mha = MultiHeadAttention(16, 16, 4096, 0.0, 2, window=64, num_kv_heads=1, rope=True)
+    with torch.no_grad(), sdpa_calls() as calls:
+        mha(torch.randn(1, 2048, 16))
+        mha(torch.randn(1, 2048, 16), padding_mask([1500], 2048, side="left"))
+    assert len(calls) == 2
+    for call in calls:
+        assert call.mask_shape == (2048 // 64, 1, 64, 128)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_kv_heads": 3}, ValueError,
+         r"num_heads must be divisible by num_kv_heads .* num_heads=4, num_kv_heads=3"),
+        ({"num_kv_heads": 0}, ValueError, r"num_kv_heads must be >= 1, got 0"),
+        ({"num_kv_heads": 2.0}, TypeError, r"num_kv_heads must be an int"),
+        ({"window": 0}, ValueError, r"window must be >= 1, got 0"),
+        ({"window": 4, "causal": False}, ValueError, r"a sliding window needs causal=True"),
+        ({"rope": "yes"}, TypeError, r"rope must be True or False"),
+        ({"rope": True, "rope_base": 1.0}, ValueError, r"rope_base must be a number > 1, got 1.0"),
+    ],
+)  # fmt: skip
+def test_bad_combinations_name_themselves(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, **kwargs)  # type: ignore[arg-type]
+
+
+def test_rope_needs_an_even_head_dim() -> None:
+    with pytest.raises(
+        ValueError, match=r"head_dim = d_out // num_heads must be even, got head_dim=3"
+    ):
+        MultiHeadAttention(D_IN, 12, T, 0.0, 4, rope=True)
+
+
+@pytest.mark.slow
+def test_compiled_modern_module_matches_eager() -> None:
+    torch._dynamo.reset()
+    mha = MultiHeadAttention(16, 32, 64, 0.0, 4, num_kv_heads=2, rope=True, window=8)
+    x = torch.randn(2, 64, 16)
+    assert_close(torch.compile(mha)(x), mha(x), atol=1e-5, rtol=1e-5)
