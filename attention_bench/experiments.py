@@ -383,6 +383,25 @@ def check_targets(
                 limit,
                 f"{what}, bytes allocated during the forward",
             )
+    gqa = find(rows, impl="production_gqa", **gpt2)
+    if prod and gqa:
+        target(
+            "fwd+bwd time, grouped-query (num_kv_heads = num_heads / 4) vs MHA (GPT-2 shape)",
+            gqa["median_s"] / prod["median_s"],
+            1.05,
+            "production_gqa / production",
+        )
+    half = sorted(cfg.sweep_tokens)[-2] if len(cfg.sweep_tokens) > 1 else longest
+    window_long = find(rows, impl="production_window", **sweep)
+    window_half = find(rows, impl="production_window", **{**sweep, "num_tokens": half})
+    if window_long and window_half and window_half.get("peak_bytes"):
+        per_token = window_long["peak_bytes"] / longest
+        target(
+            f"windowed forward memory per token, {longest} over {half} tokens",
+            per_token / (window_half["peak_bytes"] / half),
+            1.1,
+            "production_window peak bytes / num_tokens: flat when memory grows like T, not T^2",
+        )
     construct = find(rows, experiment="construct")
     if construct:
         target(

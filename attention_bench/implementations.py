@@ -11,6 +11,8 @@ r"""What is compared: every attention implementation as one module, `forward(x) 
 | `production_padded` | production with a `key_padding_mask`: right padding, the last eighth of each row |
 | `production_left_padded` | the same with left padding: the first eighth of each row |
 | `torch_mha_padded` | `torch.nn.MultiheadAttention(need_weights=False)` + the right padding |
+| `production_gqa` | production with `num_kv_heads = num_heads / 4` (grouped-query attention) |
+| `production_window` | production with a sliding `window` of 256 tokens |
 
 Every module has biases on the query/key/value and output projections (GPT-2's choice), so
 all do the same arithmetic (the wrapper has no output projection).
@@ -150,12 +152,22 @@ def _torch_mha(shape: Shape, *, need_weights: bool, padded: bool) -> nn.Module:
     )
 
 
+WINDOW = 256
+"""The sliding window of `production_window`, in tokens."""
+
+
 def _production(
-    shape: Shape, *, need_weights: bool = False, padded: Literal["right", "left"] | None = None
+    shape: Shape,
+    *,
+    need_weights: bool = False,
+    padded: Literal["right", "left"] | None = None,
+    num_kv_heads: int | None = None,
+    window: int | None = None,
 ) -> nn.Module:
     mha = MultiHeadAttention(
-        shape.d_model, shape.d_model, shape.num_tokens, 0.0, shape.num_heads, qkv_bias=True
-    )
+        shape.d_model, shape.d_model, shape.num_tokens, 0.0, shape.num_heads, qkv_bias=True,
+        num_kv_heads=num_kv_heads, window=window,
+    )  # fmt: skip
     if not need_weights and not padded:
         return mha
 
@@ -254,6 +266,8 @@ def implementations(max_explicit_tokens: int) -> list[Impl]:
             max_tokens=n,
             skip_reason=_FASTPATH,
         ),
+        Impl("production_gqa", lambda s: _production(s, num_kv_heads=max(1, s.num_heads // 4))),
+        Impl("production_window", lambda s: _production(s, window=WINDOW)),
     ]
 
 

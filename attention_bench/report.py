@@ -28,6 +28,7 @@ __all__ = [
     "ratio_figure",
     "sweep_figures",
     "targets_table",
+    "variants_table",
 ]
 
 IMPLS = (
@@ -40,6 +41,8 @@ IMPLS = (
     "production_padded",
     "production_left_padded",
     "torch_mha_padded",
+    "production_gqa",
+    "production_window",
 )
 """The table's rows, in order."""
 
@@ -50,6 +53,8 @@ SHORT = {
     "production_padded": "production\npadded",
     "production_left_padded": "production\nleft-padded",
     "torch_mha_padded": "nn.MHA\npadded",
+    "production_gqa": "production\nGQA",
+    "production_window": "production\nwindow",
 }
 """Bar labels that fit under a bar."""
 
@@ -158,6 +163,36 @@ def memory_table(res: Mapping[str, Any]) -> str:
             f"| `{row['impl']}` | {row['peak_bytes'] / 2**20:.1f} MiB "
             f"| {row['state_bytes'] / 2**20:.1f} MiB | {ratio} |"
         )
+    return "\n".join(lines)
+
+
+def variants_table(res: Mapping[str, Any]) -> str:
+    """Grouped heads and a window over plain multi-head attention, at every swept length.
+
+    Each cell is the variant's over `production`'s, in the same run: time forward+backward,
+    time forward, peak forward memory.
+    """
+    variants = ("production_gqa", "production_window")
+    lines = [
+        "| T | " + " | ".join(f"`{v}`: fwd+bwd, fwd, memory" for v in variants) + " |",
+        "| ---: | " + " | ".join("---:" for _ in variants) + " |",
+    ]
+    for num_tokens in res["config"]["sweep_tokens"]:
+        at = {"experiment": "sweep", "num_tokens": num_tokens}
+        cells = []
+        for variant in variants:
+            ratios = []
+            for mode, key in (
+                ("forward_backward", "median_s"),
+                ("forward", "median_s"),
+                ("forward", "peak_bytes"),
+            ):
+                base = next(select(res, impl="production", mode=mode, **at), None)
+                row = next(select(res, impl=variant, mode=mode, **at), None)
+                ok = base and row and base.get(key) and row.get(key)
+                ratios.append(f"{row[key] / base[key]:.2f}x" if ok else "-")  # type: ignore[index]
+            cells.append(", ".join(ratios))
+        lines.append(f"| {num_tokens} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -221,3 +221,25 @@ def test_compiled_modern_module_matches_eager() -> None:
     mha = MultiHeadAttention(16, 32, 64, 0.0, 4, num_kv_heads=2, rope=True, window=8)
     x = torch.randn(2, 64, 16)
     assert_close(torch.compile(mha)(x), mha(x), atol=1e-5, rtol=1e-5)
+
+
+def test_rope_angles_continue_from_an_offset_and_refuse_odd_widths() -> None:
+    from attention.positions import rope_angles
+
+    cos, sin = rope_angles(10, 8)
+    later_cos, later_sin = rope_angles(4, 8, offset=6)
+    assert_close(later_cos, cos[6:]) and assert_close(later_sin, sin[6:])  # type: ignore[func-returns-value]
+    with pytest.raises(ValueError, match=r"head_dim must be even, got 7"):
+        rope_angles(4, 7)
+
+
+def test_published_shapes_and_their_cache() -> None:
+    from attention.shapes import PUBLISHED, kv_cache_bytes
+
+    for shape in PUBLISHED.values():
+        assert shape.num_heads % shape.num_kv_heads == 0
+        # 2 (K and V) x layers x kv heads x head_dim x 2 bytes (bfloat16), per token
+        expected = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * 2
+        assert kv_cache_bytes(shape, num_tokens=1) == expected
+        assert kv_cache_bytes(shape, num_tokens=100, batch=3) == 300 * expected
+    assert PUBLISHED["Llama 3 8B"].num_kv_heads * 4 == PUBLISHED["Llama 2 7B"].num_kv_heads

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 3: tokens to vectors
 #
-# Chapter: [Tokens to vectors](../../tokens.md). Every output below was computed while the
+# Chapter: [Tokens to vectors](../tokens.md). Every output below was computed while the
 # site was built; download the notebook (link above) to run and change it yourself.
 #
 # Token ids become vectors by two table look-ups, one for the token and one for its position:

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 4: simplified self-attention by hand
 #
-# Chapter: [Simplified self-attention](../../simplified.md). Every output below was computed
+# Chapter: [Simplified self-attention](../simplified.md). Every output below was computed
 # while the site was built; download the notebook (link above) to run and change it yourself.
 #
 # The running example, *"Your journey starts with one step"*, is six tokens embedded in three

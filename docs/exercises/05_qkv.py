@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 5: queries, keys and values
 #
-# Chapter: [Queries, keys and values](../../qkv.md). Every output below was computed while
+# Chapter: [Queries, keys and values](../qkv.md). Every output below was computed while
 # the site was built; download the notebook (link above) to run and change it yourself.
 #
 # Self-attention with trainable weights projects each embedding three ways and attends with

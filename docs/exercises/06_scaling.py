@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 6: scaling by the square root of d_k
 #
-# Chapter: [Scaling](../../scaling.md). Every output below was computed while the site was
+# Chapter: [Scaling](../scaling.md). Every output below was computed while the site was
 # built; download the notebook (link above) to run and change it yourself.
 #
 # For a query and a key with independent, unit-variance components,

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 7: causal attention
 #
-# Chapter: [Causal attention](../../causal.md). Every output below was computed while the site
+# Chapter: [Causal attention](../causal.md). Every output below was computed while the site
 # was built; download the notebook (link above) to run and change it yourself.
 #
 # Query $i$ may only attend to keys $j \le i$. With the mask $M$ written over the scaled scores,

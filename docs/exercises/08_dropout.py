@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 8: dropout on the attention weights
 #
-# Chapter: [Dropout](../../dropout.md). Every output below was computed while the site was
+# Chapter: [Dropout](../dropout.md). Every output below was computed while the site was
 # built; download the notebook (link above) to run and change it yourself.
 #
 # In training, each attention weight is kept with probability $1-p$ and rescaled:

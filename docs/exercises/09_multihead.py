@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 9: multi-head attention
 #
-# Chapter: [Multi-head attention](../../multihead.md). Every output below was computed while
+# Chapter: [Multi-head attention](../multihead.md). Every output below was computed while
 # the site was built; download the notebook (link above) to run and change it yourself.
 #
 # $h$ heads of width $d_h$, each attending on its own, concatenated and projected:

@@ -158,39 +158,9 @@ def run_pycon(source: str, name: str) -> str:
     return "```pycon\n" + "\n".join(lines) + "\n```"
 
 
-def exercise_table(docs_dir: Path) -> str:
-    """A table of the exercise notebooks: file and title (the notebook's first heading)."""
-    rows = ["| Notebook | Exercise |", "| --- | --- |"]
-    for path in sorted((docs_dir / "exercises").glob("*.py")):
-        title = re.search(r"^# # (.+)$", path.read_text(encoding="utf-8"), re.MULTILINE)
-        rows.append(f"| `{path.stem}` | [{title[1] if title else path.stem}]({path.name}) |")
-    return "\n".join(rows)
-
-
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     def replace(match: re.Match[str]) -> str:
         where = f"{match['path']}#{match['name']}"
         return run_pycon(section(ROOT / match["path"], match["name"]), where)
 
-    markdown = _DIRECTIVE.sub(replace, markdown)
-    return markdown.replace("<!-- exercises -->", exercise_table(Path(config["docs_dir"])))
-
-
-def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Above each exercise notebook: its downloads, the `.ipynb` written here by jupytext."""
-    src = page.file.src_uri
-    if not (src.startswith("exercises/") and src.endswith(".py")):
-        return html
-    import jupytext
-
-    source = Path(page.file.abs_src_path or "")
-    target = Path(page.file.abs_dest_path).parent
-    target.mkdir(parents=True, exist_ok=True)
-    jupytext.write(jupytext.read(source), target / f"{source.stem}.ipynb")
-    links = (
-        f'<p class="notebook-downloads">Download this exercise: '
-        f'<a href="{source.stem}.ipynb" download>{source.stem}.ipynb</a> (Jupyter) or '
-        f'<a href="{source.name}" download>{source.name}</a> (jupytext percent format). '
-        f"The outputs below were computed while the site was built.</p>"
-    )
-    return links + html
+    return _DIRECTIVE.sub(replace, markdown)

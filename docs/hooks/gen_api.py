@@ -66,14 +66,9 @@ for package_name, about in PACKAGES.items():
         nav[full] = f"{full}.md"
         with mkdocs_gen_files.open(f"api/{full}.md", "w") as page:
             page.write(f"::: {full}\n    options:\n      heading_level: 1\n")
-index += [
-    "",
-    "## The top-level package",
-    "",
-    "::: attention",
-    "    options:",
-    "      members: false",
-]
+index += ["", "## The top-level packages"]
+for package_name in PACKAGES:
+    index += ["", f"::: {package_name}", "    options:", "      members: false"]
 
 with mkdocs_gen_files.open("api/index.md", "w") as page:
     page.write("\n".join(index) + "\n")

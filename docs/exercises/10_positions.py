@@ -1,0 +1,86 @@
+# %% [markdown]
+# # Exercise 10: rotary positions
+#
+# Chapter: [Positions](../positions.md). Every output below was computed while the site was
+# built; download the notebook (link above) to run and change it yourself.
+#
+# RoPE turns pair $i$ of a query or key at position $m$ by the angle $m\theta_i$,
+# $\theta_i = \text{base}^{-2i/d_h}$, so that a query at $m$ and a key at $n$ meet in
+#
+# $$\langle R_{m\theta} q, R_{n\theta} k \rangle = \langle q, R_{(n-m)\theta} k \rangle .$$
+
+# %%
+import math
+
+import torch
+
+from attention import MultiHeadAttention
+from attention.positions import apply_rope, rope_angles
+from attention.testing import padding_mask
+
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## Exercise 10.1: one pair, by hand
+#
+# Write `rotate_pair(x, angle)` that turns the 2-vector `x` by `angle` radians with the 2 x 2
+# rotation matrix. Check that the dot product of `q` turned by $m\theta$ and `k` turned by
+# $n\theta$ equals that of `q` and `k` turned by $(n - m)\theta$, for a few $m, n$.
+
+
+# %%
+# Solution
+def rotate_pair(x: torch.Tensor, angle: float) -> torch.Tensor:
+    c, s = math.cos(angle), math.sin(angle)
+    return torch.tensor([[c, -s], [s, c]], dtype=x.dtype) @ x  # R(angle) x
+
+
+q, k = torch.randn(2, 2, dtype=torch.float64)
+theta = 0.3
+for m, n in [(0, 5), (7, 12), (100, 105), (3, 1)]:
+    left = rotate_pair(q, m * theta) @ rotate_pair(k, n * theta)
+    right = q @ rotate_pair(k, (n - m) * theta)
+    assert abs(left - right) < 1e-12
+    print(f"m={m:>3}, n={n:>3}: {left:+.6f} (offset {n - m:+d})")
+
+# %% [markdown]
+# ## Exercise 10.2: the package's rotation is your rotation
+#
+# For `head_dim = 8`, the package pairs dimension $i$ with $i + 4$ (rotate-half). Rotate a
+# random `(6, 8)` tensor with `apply_rope` and with your `rotate_pair`, pair by pair, position
+# by position, using $\theta_i = 10000^{-2i/8}$, and check that they agree.
+
+# %%
+# Solution
+x = torch.randn(6, 8, dtype=torch.float64)
+cos, sin = rope_angles(6, head_dim=8, dtype=torch.float64)
+by_package = apply_rope(x, cos, sin)  # (6, 8)
+by_hand = torch.empty_like(x)
+for m in range(6):
+    for i in range(4):
+        theta_i = 10000 ** (-2 * i / 8)
+        turned = rotate_pair(x[m, [i, i + 4]], m * theta_i)  # the pair (i, i + 4)
+        by_hand[m, i], by_hand[m, i + 4] = turned
+torch.testing.assert_close(by_package, by_hand)
+print("apply_rope == pair-by-pair rotation")
+
+# %% [markdown]
+# ## Exercise 10.3: where a sequence sits does not matter
+#
+# Build `MultiHeadAttention(8, 8, context_length=32, dropout=0.0, num_heads=2, rope=True)`.
+# Its attention weights for a sequence of 5 tokens depend only on offsets. Show it: run the 5
+# tokens alone (positions 0..4), and again as positions 10..14 behind 10 other tokens that a
+# left-padding mask hides, and compare the real tokens' weights.
+
+# %%
+# Solution
+torch.manual_seed(1)
+mha = MultiHeadAttention(8, 8, context_length=32, dropout=0.0, num_heads=2, rope=True)
+x = torch.randn(1, 5, 8)
+x_late = torch.cat((torch.randn(1, 10, 8), x), dim=1)  # the 5 tokens at positions 10..14
+with torch.no_grad():
+    _, w_alone = mha(x, need_weights=True)  # (1, 2, 5, 5)
+    _, w_late = mha(x_late, padding_mask([5], 15, side="left"), need_weights=True)
+torch.testing.assert_close(w_late[..., 10:, 10:], w_alone, atol=1e-5, rtol=0)
+print("weights at positions 0..4 and 10..14 agree; head 0:")
+print(w_alone[0, 0])
