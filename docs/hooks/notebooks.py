@@ -1,10 +1,10 @@
 """MkDocs hooks for the exercise notebooks (`docs/exercises/*.py`, jupytext percent format).
 
 Each notebook is executed from the start of the build in a fresh kernel (its own process, one
-thread), one after another in the background while the chapters build; mkdocs-jupyter then renders the executed copy
-(`execute: false` in mkdocs.yml: it finds the outputs already there). A cell that raises fails
-the build. Above each notebook's page go its downloads, the `.ipynb` (without outputs) and the
-`.py`; `<!-- exercises -->` in a page becomes the table of all of them.
+thread), one after another in the background while the chapters build; mkdocs-jupyter then
+renders the executed copy (`execute: false` in mkdocs.yml: it finds the outputs there). A cell
+that raises fails the build. Above each notebook's page go its downloads, the `.ipynb` (without
+outputs) and the `.py`; `<!-- exercises -->` in a page becomes the table of all of them.
 """
 
 from __future__ import annotations
