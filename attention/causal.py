@@ -44,6 +44,9 @@ class CausalAttention(nn.Module):
         mask: bool buffer `(context_length, context_length)`, True above the diagonal. As a
             buffer it moves with `.to(device)` and is saved in the `state_dict`.
 
+    A NaN or infinity in any token's input reaches every output, the earlier ones included: a
+    masked weight is exactly 0, but $0 \cdot \text{NaN}$ is NaN, as in PyTorch's kernels.
+
     Examples:
         >>> from attention.simple import example_inputs
         >>> inputs = example_inputs()

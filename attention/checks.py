@@ -137,13 +137,14 @@ def check_input(
                 f"expected the input on {like.device} (where the module's parameters are), "
                 f"got it on {x.device}: move one with .to()"
             )
-        allowed = [like.dtype]  # and, under autocast, the dtype it casts to
+        allowed = [like.dtype]  # and, under autocast, what it casts from and to
         if _autocast(x.device.type):
-            allowed.append(torch.get_autocast_dtype(x.device.type))
+            allowed += [torch.float32, torch.float16, torch.bfloat16]
         if x.dtype not in allowed:
             raise TypeError(
-                f"expected input of dtype {' or '.join(map(str, allowed))} (the module's "
-                f"parameters{', or autocast' if len(allowed) > 1 else ''}), got {x.dtype}: "
+                f"expected input of dtype {' or '.join(map(str, dict.fromkeys(allowed)))} "
+                f"(the module's parameters{', or autocast' if len(allowed) > 1 else ''}), "
+                f"got {x.dtype}: "
                 f"convert the input with x.to({like.dtype}) or the module with .to({x.dtype})"
             )
     expected = "(batch, num_tokens, d_in)" if batched else "(num_tokens, d_in)"
@@ -236,7 +237,12 @@ def check_dropout(value: object, name: str = "dropout") -> float:
     return float(value)
 
 
-def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = None) -> Tensor:
+def check_ids(
+    ids: object,
+    name: str = "token_ids",
+    vocab_size: int | None = None,
+    device: torch.device | None = None,
+) -> Tensor:
     """Check that token ids are integers, each in `0 .. vocab_size - 1`; return them as a tensor.
 
     Float ids would be truncated silently by `.long()`, and an id outside the vocabulary
@@ -246,13 +252,14 @@ def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = Non
         ids: what was passed.
         name: the argument's name, for the message.
         vocab_size: the number of ids, if there is a limit.
+        device: where they must be (an embedding's device), if anywhere.
 
     Returns:
         `ids`, a tensor (a sequence of ints becomes an int64 tensor).
 
     Raises:
-        TypeError: `ids` is neither an integer tensor nor a sequence of ints.
-        ValueError: an id outside `0 .. vocab_size - 1`.
+        TypeError: `ids` is neither an integer tensor (or NumPy array) nor a sequence of ints.
+        ValueError: an id outside `0 .. vocab_size - 1`, beyond int64, or on another device.
 
     Examples:
         >>> check_ids(torch.tensor([1.0, 2.0]))
@@ -264,6 +271,8 @@ def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = Non
         ...
         ValueError: token_ids must be in 0 .. 9 (vocab_size=10), got ids from 3 to 10
     """
+    if hasattr(ids, "__array__") and not isinstance(ids, Tensor):  # a NumPy array
+        ids = torch.as_tensor(ids)
     if not isinstance(ids, Tensor):
         if not (
             isinstance(ids, Sequence | range)
@@ -271,10 +280,16 @@ def check_ids(ids: object, name: str = "token_ids", vocab_size: int | None = Non
             and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
         ):
             raise TypeError(f"{name} must be integer ids (a tensor, or ints), got {ids!r:.40}")
+        if any(not -(2**63) <= i < 2**63 for i in ids):
+            raise ValueError(f"{name} must fit in int64, got {max(ids, key=abs)}")
         ids = torch.tensor(list(ids), dtype=torch.long)
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise TypeError(f"{name} must be integer ids, got dtype {ids.dtype}")
-    if vocab_size is not None and ids.numel() and ids.device.type != "meta":
+    if device is not None and ids.device != device:
+        raise ValueError(f"{name} must be on {device} (the embedding's device), got {ids.device}")
+    if ids.device.type == "meta":
+        raise ValueError(f"{name} on the meta device have no values to look up")
+    if vocab_size is not None and ids.numel():
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab_size:
             raise ValueError(

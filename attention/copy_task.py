@@ -129,6 +129,8 @@ def train(
     if not isinstance(model, Seq2Seq):
         raise TypeError(f"model must be a Seq2Seq, got {type(model).__name__}")
     check_size("seed", seed, minimum=0)
+    if seed >= 2**63:
+        raise ValueError(f"seed must fit in int64, got {seed}")
     check_size("steps", steps)
     check_size("batch_size", batch_size)
     check_size("min_len", min_len)

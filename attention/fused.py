@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.checks import check_size
+from attention.checks import check_size, check_tensor
 from attention.core import causal_mask, padding_to_attn_mask
 
 __all__ = [
@@ -58,6 +58,7 @@ def attention_mask(
                   [False, False,  True],
                   [ True,  True,  True]]]])
     """
+    _check_window(causal, window)
     mask = causal_mask(num_tokens, device=device, window=window) if causal else None
     if key_padding_mask is None:
         return mask
@@ -90,7 +91,15 @@ def fused_attention(
     Returns:
         `(b, h, T, d_v)`; zero at padded queries.
     """
-    gqa = queries.shape[1] != keys.shape[1]
+    _check_window(causal, window)
+    gqa = _check_heads(queries, keys, values)
+    if key_padding_mask is not None:
+        check_tensor("key_padding_mask", key_padding_mask, ndim=2)
+        if key_padding_mask.shape != (queries.shape[0], queries.shape[2]):
+            raise ValueError(
+                "key_padding_mask must be (batch, num_tokens) = "
+                f"{(queries.shape[0], queries.shape[2])}, got {tuple(key_padding_mask.shape)}"
+            )
     if key_padding_mask is None or (
         causal and _can_read(key_padding_mask) and right_padded(key_padding_mask)
     ):
@@ -128,6 +137,27 @@ def fused_attention(
     return context_vec.masked_fill(key_padding_mask[:, None, :, None], 0.0)
 
 
+def _check_window(causal: bool, window: int | None) -> None:
+    if window is not None:
+        check_size("window", window)
+        if not causal:
+            raise ValueError(f"a sliding window needs causal=True, got window={window}")
+
+
+def _check_heads(queries: Tensor, keys: Tensor, values: Tensor) -> bool:
+    """Check `(b, h, T, d)` queries against `(b, h_kv, T, d)` keys and values; whether h_kv < h."""
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        check_tensor(name, t, ndim=4)
+    h, h_kv = queries.shape[1], keys.shape[1]
+    if values.shape[1] != h_kv or h % h_kv:
+        raise ValueError(
+            "queries need a multiple of the key/value heads, and keys and values the same "
+            f"heads (dimension 1): got queries {tuple(queries.shape)}, keys "
+            f"{tuple(keys.shape)}, values {tuple(values.shape)}"
+        )
+    return h != h_kv
+
+
 def _can_read(key_padding_mask: Tensor) -> bool:
     """Whether the mask's values may steer the computation: not while exporting (one program
     for every mask), not on the meta device (no values), not for zero tokens (nothing to do)."""
@@ -136,6 +166,12 @@ def _can_read(key_padding_mask: Tensor) -> bool:
         and key_padding_mask.device.type != "meta"
         and key_padding_mask.shape[1] > 0
     )
+
+
+def _check_mask(key_padding_mask: Tensor) -> None:
+    check_tensor("key_padding_mask", key_padding_mask, ndim=2)
+    if key_padding_mask.dtype != torch.bool:
+        raise TypeError(f"key_padding_mask must be bool, got dtype {key_padding_mask.dtype}")
 
 
 def right_padded(key_padding_mask: Tensor) -> bool:
@@ -147,6 +183,7 @@ def right_padded(key_padding_mask: Tensor) -> bool:
         >>> right_padded(torch.tensor([[True, False]]))
         False
     """
+    _check_mask(key_padding_mask)
     return bool((key_padding_mask[:, :-1] <= key_padding_mask[:, 1:]).all())
 
 
@@ -166,6 +203,7 @@ def shift_to_right_padding(key_padding_mask: Tensor) -> Tensor | None:
         tensor([[False,  True,  True],
                 [False, False, False]])
     """
+    _check_mask(key_padding_mask)
     if not _can_read(key_padding_mask):
         return None
     real = ~key_padding_mask  # (b, T)
@@ -183,6 +221,13 @@ def rotate_tokens(t: Tensor, shift: Tensor) -> Tensor:
 
     `rotate_tokens(rotate_tokens(t, shift), -shift)` is `t`.
     """
+    check_tensor("t", t)
+    check_tensor("shift", shift, ndim=1)
+    if t.ndim < 2 or shift.shape[0] != t.shape[0] or shift.is_floating_point():
+        raise ValueError(
+            "shift must hold one integer per row of t (batch,): got shift "
+            f"{shift.dtype} {tuple(shift.shape)} for t of shape {tuple(t.shape)}"
+        )
     num_tokens = t.shape[1]
     positions = torch.arange(num_tokens, device=t.device)  # (T,)
     index = (positions + shift[:, None]) % num_tokens  # (b, T)
@@ -220,10 +265,10 @@ def sliding_window_attention(
         True
     """
     check_size("window", window)
+    gqa = _check_heads(queries, keys, values)
     b, h, num_tokens, _ = queries.shape
-    h_kv, w = keys.shape[1], window
-    gqa = h != h_kv
-    if num_tokens <= w:  # every query sees everything before it: plain causal attention
+    w = window
+    if num_tokens <= w or b == 0:  # every query sees everything before it: plain causal attention
         return F.scaled_dot_product_attention(
             queries, keys, values, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa
         )
@@ -233,7 +278,7 @@ def sliding_window_attention(
     def key_blocks(t: Tensor) -> Tensor:  # (b, h_kv, T, d) -> (b * nb, h_kv, 2w, d)
         t = F.pad(t, (0, 0, w, pad))  # w zero keys before position 0: (b, h_kv, (nb+1)w, d)
         t = t.unfold(2, 2 * w, w)  # block n: keys nw - w ... nw + w - 1: (b, h_kv, nb, d, 2w)
-        return t.permute(0, 2, 1, 4, 3).reshape(b * num_blocks, h_kv, 2 * w, t.shape[3])
+        return t.permute(0, 2, 1, 4, 3).reshape(b * num_blocks, t.shape[1], 2 * w, t.shape[3])
 
     q = F.pad(queries, (0, 0, 0, pad)).view(b, h, num_blocks, w, -1)  # (b, h, nb, w, d)
     q = q.transpose(1, 2).reshape(b * num_blocks, h, w, -1)  # (b * nb, h, w, d)

@@ -145,7 +145,9 @@ class MultiHeadAttention(nn.Module):
     count, with or without a padding mask. `torch.jit.script` is not supported: TorchScript is
     deprecated upstream. A NaN or infinity in a *real* token's input reaches every output that
     attends to it, and, as in PyTorch's kernels, also the earlier ones ($0 \cdot \text{NaN}$);
-    in a padded position it changes nothing.
+    in a padded position it changes nothing. RoPE positions and window distances count token
+    slots, padded or not: left and right padding change no real output, but padding *between*
+    real tokens moves them apart.
 
     Args:
         d_in: width of each input embedding.
@@ -248,13 +250,12 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(f"a sliding window needs causal=True, got window={window}")
         self.window = window
         self.rope = check_flag("rope", rope)
-        if rope:
-            rope_frequencies(self.head_dim, rope_base)  # checks rope_base
-            if self.head_dim % 2:
-                raise ValueError(
-                    "rope rotates pairs of dimensions: head_dim = d_out // num_heads must be "
-                    f"even, got head_dim={self.head_dim}"
-                )
+        rope_frequencies(2, rope_base)  # checks rope_base, used or not
+        if rope and self.head_dim % 2:
+            raise ValueError(
+                "rope rotates pairs of dimensions: head_dim = d_out // num_heads must be "
+                f"even, got head_dim={self.head_dim}"
+            )
         self.rope_base = float(rope_base)
         check_flag("qkv_bias", qkv_bias)
         kv_dim = num_kv_heads * self.head_dim

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functio
 
 __all__ = ["bars", "heatmap", "lines", "row", "source", "svg"]
 
-MAX_HEATMAP_SIDE = 128
+MAX_HEATMAP_SIDE = 64
 """The most rows or columns [`heatmap`][attention.plot.heatmap] draws, one labelled cell each."""
 
 _INK = "#010203"
@@ -74,6 +74,8 @@ def _rc_context() -> Any:
 def _to_matrix(weights: Any) -> list[list[float]]:
     """A 2-D tensor/array/nested list as a list of rows of floats."""
     if hasattr(weights, "detach"):  # torch.Tensor
+        if weights.device.type == "meta":
+            raise ValueError("weights on the meta device have no values to draw")
         if weights.ndim != 2 or weights.is_complex():
             raise ValueError(
                 "expected real weights of shape (num_queries, num_keys), "
@@ -96,6 +98,11 @@ def _to_matrix(weights: Any) -> list[list[float]]:
         return [[float(v) for v in row] for row in weights]
     except (TypeError, ValueError):
         raise ValueError(f"expected a 2-D matrix of numbers, got {weights!r:.60}") from None
+
+
+def _literal(labels: Sequence[Any]) -> list[str]:
+    """Labels drawn as written: a `$` would otherwise start matplotlib's math mode."""
+    return [str(label).replace("$", r"\$") for label in labels]
 
 
 def _numbers(name: str, values: Any) -> list[float]:
@@ -212,8 +219,8 @@ def heatmap(
         ax.set_xlim(-0.5, num_keys - 0.5)
         ax.set_ylim(num_queries - 0.5, -0.5)  # first query on top, like the matrix
         ax.set_aspect("equal")
-        ax.set_xticks(range(num_keys), [str(t) for t in key_labels], rotation=45, ha="right")
-        ax.set_yticks(range(num_queries), [str(t) for t in query_labels])
+        ax.set_xticks(range(num_keys), _literal(key_labels), rotation=45, ha="right")
+        ax.set_yticks(range(num_queries), _literal(query_labels))
         ax.tick_params(length=0)
         for spine in ax.spines.values():
             spine.set_visible(False)
@@ -326,7 +333,7 @@ def bars(
         # repeated token ("the cat the") twice at one place.
         positions = range(len(values))
         container = ax.bar(positions, values, color="#5b8def")
-        ax.set_xticks(positions, [str(label) for label in labels])
+        ax.set_xticks(positions, _literal(labels))
         ax.bar_label(container, fmt="%.2f", fontsize=9)
         ax.set_ylabel(ylabel)
         ax.tick_params(axis="x", rotation=45 if len(labels) > 6 else 0)
@@ -376,8 +383,13 @@ def svg(fig: Figure) -> str:
     # matplotlib's global `*{...}` rule would style the whole page: keep it on this svg only
     text = re.sub(r"\s*<style[^>]*>.*?</style>", "", text, count=1, flags=re.DOTALL)
     text = re.sub(r"<defs>\s*</defs>\s*", "", text)
-    for gid, tip in getattr(fig, _TOOLTIPS_ATTR, {}).items():
-        text = text.replace(f'<g id="{gid}">', f'<g id="{gid}"><title>{escape(tip)}</title>', 1)
+    tips = getattr(fig, _TOOLTIPS_ATTR, {})
+    if tips:  # one pass over the text, whatever the number of cells
+        text = re.sub(
+            r'<g id="(attn-cell-\d+)">',
+            lambda m: f"{m[0]}<title>{escape(tips[m[1]])}</title>" if m[1] in tips else m[0],
+            text,
+        )
     prefix = f"f{next(_ids)}-"
     text = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}\1"', text)
     text = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}\1)", text)

@@ -134,6 +134,8 @@ def rope_angles(
         tensor([[0.0000, 0.0000, 0.0000, 0.0000],
                 [0.8415, 0.0998, 0.8415, 0.0998]])
     """
+    check_size("num_tokens", num_tokens, minimum=0)
+    check_size("offset", offset, minimum=0)
     check_size("head_dim", head_dim)
     if head_dim % 2:
         raise ValueError(f"RoPE rotates pairs of dimensions: head_dim must be even, got {head_dim}")
@@ -151,6 +153,9 @@ def rotate_half(x: Tensor) -> Tensor:
         >>> rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0]))
         tensor([-3., -4.,  1.,  2.])
     """
+    check_tensor("x", x)
+    if x.ndim == 0 or x.shape[-1] % 2:
+        raise ValueError(f"rotate_half needs an even last dimension, got shape {tuple(x.shape)}")
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -177,13 +182,20 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     Returns:
         The rotated `x`, same shape.
     """
-    check_tensor("x", x, floating=True)
-    if cos.shape != x.shape[-2:] or sin.shape != cos.shape:
-        raise ValueError(
-            f"cos and sin must have shape (num_tokens, head_dim) = {tuple(x.shape[-2:])}, "
-            f"got {tuple(cos.shape)} and {tuple(sin.shape)}"
-        )
+    _check_rope_inputs(x, cos, sin)
     return x * cos + rotate_half(x) * sin
+
+
+def _check_rope_inputs(x: Tensor, cos: Tensor, sin: Tensor) -> None:
+    check_tensor("x", x, floating=True)
+    check_tensor("cos", cos)
+    check_tensor("sin", sin)
+    if x.ndim < 2 or x.shape[-1] % 2 or cos.shape != x.shape[-2:] or sin.shape != cos.shape:
+        raise ValueError(
+            "x must be (..., num_tokens, head_dim) with head_dim even, and cos and sin "
+            f"(num_tokens, head_dim): got x {tuple(x.shape)}, cos {tuple(cos.shape)}, "
+            f"sin {tuple(sin.shape)}"
+        )
 
 
 def apply_rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -208,6 +220,7 @@ def apply_rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         ...                apply_rope(x[..., to_half], cos, sin), atol=1e-6)
         True
     """
+    _check_rope_inputs(x, cos, sin)
     half = x.shape[-1] // 2
     c, s = cos[..., :half], sin[..., :half]  # one angle per pair: (T, d_h/2)
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., T, d_h/2) each

@@ -222,7 +222,8 @@ class Seq2Seq(nn.Module):
 
     def _check_ids(self, name: str, ids: Tensor, bos: bool = False) -> None:
         """Ids must be a non-empty `(batch, length)` integer batch of known tokens."""
-        check_ids(ids, name, self.vocab_size + 1 if bos else self.vocab_size)  # + bos
+        top = self.vocab_size + 1 if bos else self.vocab_size  # the decoder also reads bos
+        check_ids(ids, name, top, device=self.src_embed.weight.device)
         if ids.ndim != 2 or 0 in ids.shape:
             raise ValueError(
                 f"expected {name} of shape (batch, length), both >= 1, got {tuple(ids.shape)}"

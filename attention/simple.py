@@ -146,10 +146,14 @@ def attn_scores_matrix(inputs: Tensor) -> Tensor:
     Returns:
         $\Omega$, shape `(num_tokens, num_tokens)`, symmetric.
 
+    Raises:
+        ValueError: `inputs` is not a 2-d floating-point tensor.
+
     Examples:
         >>> attn_scores_matrix(example_inputs())[1]  # the row of "journey"
         tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865])
     """
+    _check_tokens(inputs)
     return attention_scores(inputs, inputs)  # (num_tokens, num_tokens)
 
 
@@ -271,6 +275,9 @@ def simplified_self_attention(inputs: Tensor) -> tuple[Tensor, Tensor]:
         `(context_vecs, attn_weights)` of shapes `(num_tokens, d_in)` and
         `(num_tokens, num_tokens)`.
 
+    Raises:
+        ValueError: `inputs` is not a 2-d floating-point tensor.
+
     Examples:
         >>> context_vecs, attn_weights = simplified_self_attention(example_inputs())
         >>> context_vecs.shape, attn_weights.shape
@@ -278,5 +285,6 @@ def simplified_self_attention(inputs: Tensor) -> tuple[Tensor, Tensor]:
         >>> attn_weights.sum(dim=-1)
         tensor([1.0000, 1.0000, 1.0000, 1.0000, 1.0000, 1.0000])
     """
+    _check_tokens(inputs)
     attn_weights = softmax_stable(attn_scores_matrix(inputs), dim=-1)  # (T, T)
     return context_vectors(inputs, attn_weights), attn_weights

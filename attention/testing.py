@@ -39,6 +39,7 @@ def padding_mask(
         Bool tensor of shape `(len(lengths), num_tokens)`.
 
     Raises:
+        TypeError: `lengths` is not a sequence of ints.
         ValueError: a length outside `0 .. num_tokens`, or `side` not "right" or "left".
 
     Examples:
@@ -49,7 +50,17 @@ def padding_mask(
         tensor([[False, False, False],
                 [ True,  True, False]])
     """
-    n = torch.as_tensor(lengths, device=device)[:, None]  # (b, 1)
+    if isinstance(lengths, Tensor):
+        lengths = lengths.tolist()
+    if (
+        isinstance(lengths, str)
+        or not isinstance(lengths, Sequence)
+        or not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths)
+    ):
+        raise TypeError(
+            f"lengths must be a sequence of ints, one per sequence, got {lengths!r:.40}"
+        )
+    n = torch.tensor(lengths, dtype=torch.long, device=device)[:, None]  # (b, 1)
     if n.numel() and not bool(((n >= 0) & (n <= num_tokens)).all()):
         raise ValueError(f"lengths must be in 0 .. num_tokens={num_tokens}, got {n[:, 0].tolist()}")
     positions = torch.arange(num_tokens, device=device)[None, :]  # (1, T)
@@ -76,7 +87,9 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         A `batch_first=True` `nn.MultiheadAttention` on `mha`'s device and dtype, in its mode.
 
     Raises:
-        ValueError: `mha.d_in != mha.d_out`.
+        TypeError: `mha` is not a `MultiHeadAttention`.
+        ValueError: `mha.d_in != mha.d_out`, or it uses grouped heads, RoPE or a window,
+            which PyTorch's module does not have.
 
     Examples:
         >>> from attention import causal_mask
@@ -87,6 +100,13 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         >>> torch.allclose(out, mha(x), atol=1e-6)
         True
     """
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    if mha.num_kv_heads != mha.num_heads or mha.rope or mha.window is not None:
+        raise ValueError(
+            "nn.MultiheadAttention has no grouped heads, RoPE or window: got "
+            f"num_kv_heads={mha.num_kv_heads}, rope={mha.rope}, window={mha.window}"
+        )
     if mha.d_in != mha.d_out:
         raise ValueError(
             "nn.MultiheadAttention needs d_in == d_out (its embed_dim), "

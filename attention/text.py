@@ -205,13 +205,14 @@ def _encode(text: object, tokenizer: object, name: str = "text") -> list[int]:
     """`tokenizer.encode(text)` with `<|endoftext|>` allowed, after checking both arguments."""
     if not isinstance(text, str):
         raise TypeError(f"{name} must be a str, got {type(text).__name__}")
-    encode = getattr(tokenizer, "encode", None)
-    if encode is None:
+    import tiktoken
+
+    if not isinstance(tokenizer, tiktoken.Encoding):
         raise TypeError(
             f"tokenizer must be a tiktoken.Encoding (e.g. gpt2_encoding()), "
             f"got {type(tokenizer).__name__}"
         )
-    token_ids: list[int] = encode(text, allowed_special={ENDOFTEXT})
+    token_ids: list[int] = tokenizer.encode(text, allowed_special={ENDOFTEXT})
     return token_ids
 
 
@@ -452,7 +453,7 @@ class TokenAndPositionEmbedding(nn.Module):
             ValueError: `token_ids` is not 2-d, has more than `context_length` tokens, or
                 holds an id outside `0 .. vocab_size - 1`.
         """
-        check_ids(token_ids, "token_ids", self.vocab_size)
+        check_ids(token_ids, "token_ids", self.vocab_size, device=self.tok_emb.weight.device)
         if token_ids.ndim != 2:
             raise ValueError(
                 "expected token ids of shape (batch, num_tokens), "

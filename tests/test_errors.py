@@ -24,6 +24,7 @@ from attention import (
     context_vectors,
     example_inputs,
     explicit_attention,
+    simplified_self_attention,
     softmax_stable,
 )
 from attention.core import padding_to_attn_mask
@@ -278,7 +279,8 @@ def test_float64_input_under_bfloat16_autocast_names_both_dtypes() -> None:
     with (
         torch.autocast("cpu", dtype=torch.bfloat16),
         pytest.raises(
-            TypeError, match=r"dtype torch.float32 or torch.bfloat16 .* got torch.float64"
+            TypeError,
+            match=r"dtype torch.float32 or torch.float16 or torch.bfloat16 .* got torch.float64",
         ),
     ):
         mha(torch.zeros(1, 3, 4, dtype=torch.float64))
@@ -333,3 +335,31 @@ def test_core_functions_name_their_arguments(
 
 def test_softmax_stable_of_one_number_is_one_like_torch() -> None:
     assert softmax_stable(torch.tensor(3.0)) == torch.softmax(torch.tensor(3.0), dim=-1) == 1.0
+
+
+def test_float16_input_under_bfloat16_autocast_is_accepted_as_nn_linear_accepts_it() -> None:
+    mha = MultiHeadAttention(4, 4, context_length=6, dropout=0.0, num_heads=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mha(torch.randn(2, 5, 4, dtype=torch.float16))
+    assert out.shape == (2, 5, 4) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: MultiHeadAttention(4, 4, 6, 0.0, 2, rope_base="abc"), ValueError,
+         r"rope_base must be a number > 1, got 'abc'"),
+        (lambda: MultiHeadAttention(4, 4, 6, 0.0, 2, window=2)(torch.zeros(0, 5, 4)), None, None),
+        (lambda: attn_scores_matrix(torch.randn(6)), ValueError, r"expected inputs of shape \(num_tokens, d_in\)"),
+        (lambda: simplified_self_attention(example_inputs().long()), ValueError, r"expected inputs of shape"),
+    ],
+)  # fmt: skip
+def test_more_arguments_are_named(
+    call: Callable[[], object], error: type[Exception] | None, match: str | None
+) -> None:
+    if error is None:  # valid: an empty batch with a window is an empty result
+        out = call()
+        assert isinstance(out, torch.Tensor) and out.shape == (0, 5, 4)
+        return
+    with pytest.raises(error, match=match):
+        call()

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
-from attention.testing import padding_mask, sdpa_calls
+from attention.fused import attention_mask, fused_attention, right_padded, rotate_tokens
+from attention.positions import apply_rope, rope_angles, rotate_half
+from attention.testing import padding_mask, sdpa_calls, to_torch_mha
 
 B, T, D_IN, H = 3, 11, 6, 4
 HEAD_DIM = 4
@@ -243,3 +246,28 @@ def test_published_shapes_and_their_cache() -> None:
         assert kv_cache_bytes(shape, num_tokens=1) == expected
         assert kv_cache_bytes(shape, num_tokens=100, batch=3) == 300 * expected
     assert PUBLISHED["Llama 3 8B"].num_kv_heads * 4 == PUBLISHED["Llama 2 7B"].num_kv_heads
+
+
+Q3, KV2 = torch.zeros(1, 3, 4, 2), torch.zeros(1, 2, 4, 2)  # 3 query heads, 2 kv heads
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: rope_angles(2.5, 4), TypeError, r"num_tokens must be an int"),
+        (lambda: rope_angles(3, 4, offset=-2), ValueError, r"offset must be >= 0, got -2"),
+        (lambda: rotate_half(torch.tensor([1.0, 2.0, 3.0])), ValueError, r"even last dimension"),
+        (lambda: apply_rope(torch.zeros(3, 8), torch.ones(3, 8), None), TypeError, r"sin must be a torch.Tensor"),
+        (lambda: attention_mask(4, causal=False, window=2), ValueError, r"a sliding window needs causal=True"),
+        (lambda: fused_attention(Q3, KV2, KV2, causal=True), ValueError, r"queries need a multiple of the key/value heads"),
+        (lambda: rotate_tokens(torch.zeros(2, 4), torch.tensor([1])), ValueError, r"shift must hold one integer per row"),
+        (lambda: right_padded(torch.zeros(4, dtype=torch.bool)), ValueError, r"key_padding_mask must have 2 dimensions"),
+        (lambda: padding_mask([1.5], 3), TypeError, r"lengths must be a sequence of ints"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, num_kv_heads=1)), ValueError, r"no grouped heads"),
+    ],
+)  # fmt: skip
+def test_the_new_helpers_name_their_arguments(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()

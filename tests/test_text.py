@@ -396,3 +396,17 @@ def test_embedding_rejects_float_and_out_of_vocabulary_ids() -> None:
         embedding(torch.tensor([[-1, 10]]))
     with pytest.raises(ValueError, match="context_length must be >= 1, got 0"):
         TokenAndPositionEmbedding(10, context_length=0, d_in=3)
+
+
+def test_numpy_ids_are_ids_and_meta_ids_are_refused() -> None:
+    import numpy as np
+
+    inputs, _ = sliding_windows(np.arange(10), max_length=3, stride=2)
+    assert inputs[1].tolist() == [2, 3, 4]
+    embedding = TokenAndPositionEmbedding(10, context_length=4, d_in=3)
+    with pytest.raises(ValueError, match=r"token_ids must be on cpu \(the embedding's device\)"):
+        embedding(torch.tensor([[1, 2]], device="meta"))
+    with pytest.raises(TypeError, match=r"tokenizer must be a tiktoken.Encoding"):
+        text_to_token_ids("hi", "gpt2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"token_ids must fit in int64"):
+        sliding_windows([2**70, 1, 2], 1, 1)
