@@ -24,6 +24,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
+from attention.cache import KVCache, attend_cached
 from attention.causal import CausalAttention
 from attention.checks import (
     check_dropout,
@@ -31,8 +32,9 @@ from attention.checks import (
     check_input,
     check_padding_mask,
     check_size,
+    drop_book_mask,
 )
-from attention.core import causal_mask, explicit_attention
+from attention.core import explicit_attention
 from attention.fused import (
     attention_mask,
     fused_attention,
@@ -264,7 +266,7 @@ class MultiHeadAttention(nn.Module):
         self.W_value = nn.Linear(d_in, kv_dim, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
-        self.register_load_state_dict_pre_hook(_drop_book_mask)  # type: ignore[no-untyped-call]
+        self.register_load_state_dict_pre_hook(drop_book_mask)  # type: ignore[no-untyped-call]
 
     @overload
     def forward(
@@ -272,16 +274,28 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         key_padding_mask: Tensor | None = ...,
         need_weights: Literal[False] = ...,
+        *,
+        cache: KVCache | None = ...,
     ) -> Tensor: ...
 
     @overload
     def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None, need_weights: Literal[True]
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None,
+        need_weights: Literal[True],
+        *,
+        cache: KVCache | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
     def forward(
-        self, x: Tensor, key_padding_mask: Tensor | None = ..., *, need_weights: Literal[True]
+        self,
+        x: Tensor,
+        key_padding_mask: Tensor | None = ...,
+        *,
+        need_weights: Literal[True],
+        cache: KVCache | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -289,6 +303,8 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         key_padding_mask: Tensor | None = None,
         need_weights: bool = False,
+        *,
+        cache: KVCache | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend over `x`.
 
@@ -300,15 +316,21 @@ class MultiHeadAttention(nn.Module):
                 weights, a zero context vector, so its output is `out_proj`'s bias), and its
                 input is never read (NaN or inf there changes nothing, gradients included).
             need_weights: also return the attention weights (runs the explicit path).
+            cache: a [`KVCache`][attention.cache.KVCache] from
+                [`init_cache`][attention.multihead.MultiHeadAttention.init_cache]: `x` is the
+                next chunk of a sequence whose earlier tokens the cache holds; its keys and
+                values are appended, and it attends to every cached token (positions, for
+                RoPE, continue from the cache's length).
 
         Returns:
             `context_vec` of shape `(batch, num_tokens, d_out)`; with `need_weights=True`,
-            `(context_vec, attn_weights)` with weights `(batch, num_heads, num_tokens, num_tokens)`.
+            `(context_vec, attn_weights)` with weights `(batch, num_heads, num_tokens, num_keys)`
+            (`num_keys` is `num_tokens`, or the cache's length).
 
         Raises:
             TypeError: `x` is not floating point or not of the parameters' dtype.
-            ValueError: wrong rank or width of `x`, too many tokens, another device, or a
-                mask of the wrong shape or dtype.
+            ValueError: wrong rank or width of `x`, too many tokens, another device, a mask
+                of the wrong shape or dtype, or a chunk the cache cannot take.
         """
         check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
         check_flag("need_weights", need_weights)
@@ -319,6 +341,9 @@ class MultiHeadAttention(nn.Module):
             # Padded positions must not matter at all: not even a NaN there may reach the
             # real outputs (0 * NaN = NaN inside a matmul), so their inputs are zeroed first.
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
+        if cache is not None:
+            return attend_cached(self, x, key_padding_mask, need_weights, cache)
+        if key_padding_mask is not None:
             if self.causal and not need_weights:
                 # The kernel needs no mask for real tokens followed by padding: rows whose
                 # real tokens are one run elsewhere (left padding) are rotated into that
@@ -334,23 +359,15 @@ class MultiHeadAttention(nn.Module):
         keys = self._split_heads(self.W_key(x), self.num_kv_heads)  # (b, h_kv, T, d_h)
         values = self._split_heads(self.W_value(x), self.num_kv_heads)  # (b, h_kv, T, d_h)
         del x  # a zeroed or rotated copy is freed here, before the kernel (when not training)
-        if self.rope:  # rotate the pairs of each query and key by m * theta_i, m its position
-            cos, sin = rope_angles(num_tokens, self.head_dim, self.rope_base,
-                                   device=queries.device, dtype=queries.dtype)  # fmt: skip
-            queries, keys = apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)
+        queries, keys = self._rotate(queries, keys, start=0)
 
         attn_weights = None
         if need_weights:
-            group = self.num_heads // self.num_kv_heads  # query head i reads kv head i // group
-            keys = keys.repeat_interleave(group, dim=1)  # (b, h, T, d_h)
-            values = values.repeat_interleave(group, dim=1)  # (b, h, T, d_h)
             mask = attention_mask(
                 num_tokens, causal=self.causal, window=self.window,
                 key_padding_mask=key_padding_mask, device=queries.device,
             )  # fmt: skip
-            context_vec, attn_weights = explicit_attention(
-                queries, keys, values, mask, dropout=self.dropout
-            )
+            context_vec, attn_weights = self._explicit(queries, keys, values, mask)
         else:
             context_vec = fused_attention(
                 queries, keys, values, causal=self.causal, window=self.window,
@@ -367,6 +384,50 @@ class MultiHeadAttention(nn.Module):
             assert attn_weights is not None
             return out, attn_weights
         return out
+
+    def init_cache(self, batch_size: int, max_tokens: int | None = None) -> KVCache:
+        """An empty key/value cache for generating with this module, on its device and dtype.
+
+        Args:
+            batch_size: sequences generated together.
+            max_tokens: the most tokens it will hold, prompt included; default
+                `context_length`.
+
+        Returns:
+            A [`KVCache`][attention.cache.KVCache] of `num_kv_heads` heads.
+
+        Raises:
+            ValueError: the module is not causal, or `max_tokens` exceeds `context_length`.
+        """
+        if not self.causal:
+            raise ValueError("a key/value cache needs causal=True: later tokens would change "
+                             "what earlier ones attend to")  # fmt: skip
+        max_tokens = self.context_length if max_tokens is None else max_tokens
+        check_size("max_tokens", max_tokens)
+        if max_tokens > self.context_length:
+            raise ValueError(
+                f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
+            )
+        weight = self.W_key.weight
+        return KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
+                       device=weight.device, dtype=weight.dtype)  # fmt: skip
+
+    def _rotate(self, queries: Tensor, keys: Tensor, start: int) -> tuple[Tensor, Tensor]:
+        """RoPE, if on: turn each query and key by m * theta_i, m = start, start + 1, ..."""
+        if not self.rope:
+            return queries, keys
+        cos, sin = rope_angles(queries.shape[-2], self.head_dim, self.rope_base, offset=start,
+                               device=queries.device, dtype=queries.dtype)  # fmt: skip
+        return apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)
+
+    def _explicit(
+        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """The explicit path: each query head reads its key/value head, repeated per group."""
+        group = self.num_heads // self.num_kv_heads  # query head i reads kv head i // group
+        keys = keys.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
+        values = values.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
+        return explicit_attention(queries, keys, values, mask, dropout=self.dropout)
 
     def _split_heads(self, t: Tensor, num_heads: int) -> Tensor:
         b, num_tokens, _ = t.shape
@@ -437,40 +498,3 @@ class MultiHeadAttention(nn.Module):
             fused.out_proj.weight.copy_(torch.eye(fused.d_out))
             fused.out_proj.bias.zero_()
         return fused.train(wrapper.training)
-
-
-def _drop_book_mask(
-    module: nn.Module,
-    state_dict: dict[str, Tensor],
-    prefix: str,
-    *args: object,
-) -> None:
-    """Load hook: accept a book checkpoint's `mask` buffer, after checking it is causal.
-
-    The book's class stores `triu(ones(context_length, context_length), 1)` (float in the
-    book's chapter, bool in later versions); this module computes the mask instead, so the
-    entry is checked and dropped. Any other mask would change what the module computes, and
-    is refused rather than silently ignored.
-    """
-    key = prefix + "mask"
-    if key not in state_dict:
-        return
-    mask = state_dict.pop(key)
-    causal = getattr(module, "causal", True)
-    if not isinstance(mask, Tensor) or mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
-        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"the state_dict's {key!r} must be a square (n, n) tensor, got {shape}")
-    if mask.device.type != "meta" and not torch.equal(
-        mask.bool(), causal_mask(mask.shape[0], device=mask.device)
-    ):
-        raise ValueError(
-            f"the state_dict's {key!r} is not the causal mask triu(ones(n, n), diagonal=1) "
-            "that a book checkpoint holds: MultiHeadAttention computes its mask (causal or "
-            "none, by `causal`) and cannot load another"
-        )
-    if not causal:
-        raise ValueError(
-            f"the state_dict's {key!r} is a causal mask, but this module has causal=False: "
-            "load it into a causal module, or delete the entry to reuse the weights "
-            "without the mask"
-        )

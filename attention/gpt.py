@@ -1,0 +1,349 @@
+r"""The book's GPT (chapter 4) on this package's attention, and text generation (chapter 5).
+
+`GPTModel(cfg)` keeps the book's names, configuration keys and creation order, so under the
+same seed it holds the book's weights and prints the book's numbers. Each
+`TransformerBlock` is
+
+$$
+x \leftarrow x + \operatorname{drop}(\operatorname{Attention}(\operatorname{LN}_1(x))),
+\qquad
+x \leftarrow x + \operatorname{drop}(\operatorname{FeedForward}(\operatorname{LN}_2(x))),
+$$
+
+and its attention is the production
+[`MultiHeadAttention`][attention.multihead.MultiHeadAttention]. Three optional keys make a
+current model of it: `n_kv_heads` (grouped-query attention), `rope_base` (rotary positions
+instead of the learned position embedding) and `window` (a sliding window).
+
+[`generate`][attention.gpt.generate] writes text with the book's greedy, temperature and top-k
+sampling, through a key/value cache per layer ([`attention.cache`][attention.cache]).
+
+Examples:
+    >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
+    ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> model = GPTModel(cfg).eval()
+    >>> prompt = torch.tensor([[1, 2, 3]])  # (batch, num_tokens)
+    >>> model(prompt).shape  # (batch, num_tokens, vocab_size): a score for every next token
+    torch.Size([1, 3, 50])
+    >>> out = generate(model, prompt, max_new_tokens=4)  # greedy, cached
+    >>> torch.equal(out, generate(model, prompt, max_new_tokens=4, use_cache=False))
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attention.cache import KVCache
+from attention.checks import check_dropout, check_flag, check_ids, check_size
+from attention.multihead import MultiHeadAttention
+
+__all__ = [
+    "GELU",
+    "GPT_CONFIG_124M",
+    "FeedForward",
+    "GPTModel",
+    "LayerNorm",
+    "TransformerBlock",
+    "generate",
+    "generate_text_simple",
+]
+
+GPT_CONFIG_124M: dict[str, Any] = {
+    "vocab_size": 50257,  # the GPT-2 tokenizer's vocabulary
+    "context_length": 1024,  # the longest sequence
+    "emb_dim": 768,  # d_model
+    "n_heads": 12,
+    "n_layers": 12,
+    "drop_rate": 0.1,
+    "qkv_bias": False,
+}
+"""The book's configuration of the smallest GPT-2 (163 million parameters, untied output)."""
+
+_REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate",
+             "qkv_bias")  # fmt: skip
+_OPTIONAL = ("n_kv_heads", "rope_base", "window")
+
+
+def _check_config(cfg: Mapping[str, Any]) -> None:
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"cfg must be a dict of the book's keys, got {type(cfg).__name__}")
+    missing = [key for key in _REQUIRED if key not in cfg]
+    unknown = [key for key in cfg if key not in _REQUIRED + _OPTIONAL]
+    if missing or unknown:
+        raise ValueError(
+            f"cfg needs the keys {', '.join(_REQUIRED)} (optional: {', '.join(_OPTIONAL)}): "
+            f"missing {missing}, unknown {unknown}"
+        )
+    for key in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
+        check_size(key, cfg[key])
+    check_dropout(cfg["drop_rate"], "drop_rate")
+    check_flag("qkv_bias", cfg["qkv_bias"])
+
+
+class LayerNorm(nn.Module):
+    r"""Layer normalisation over the last dimension, as in the book:
+    $\text{scale} \cdot (x - \mu) / \sqrt{\sigma^2 + \epsilon} + \text{shift}$.
+
+    Args:
+        emb_dim: the width normalised.
+    """
+
+    def __init__(self, emb_dim: int) -> None:
+        super().__init__()
+        self.eps = 1e-5
+        self.scale = nn.Parameter(torch.ones(emb_dim))
+        self.shift = nn.Parameter(torch.zeros(emb_dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        return self.scale * (x - mean) / torch.sqrt(var + self.eps) + self.shift
+
+
+class GELU(nn.Module):
+    r"""GELU, in GPT-2's tanh approximation:
+    $\tfrac12 x \left(1 + \tanh\!\left(\sqrt{2/\pi}\,(x + 0.044715\, x^3)\right)\right)$."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+class FeedForward(nn.Module):
+    """`emb_dim -> 4 emb_dim -> GELU -> emb_dim`, applied to each token on its own."""
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]),
+            GELU(),
+            nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"]),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.layers(x)
+        return out
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm attention and feed-forward, each with a shortcut (residual) connection.
+
+    Attributes:
+        att: the block's `MultiHeadAttention` (causal; the config's heads, window and RoPE).
+        ff: its `FeedForward`.
+        norm1: `LayerNorm` before the attention.
+        norm2: `LayerNorm` before the feed-forward.
+        drop_shortcut: dropout on each branch before it is added back.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        super().__init__()
+        rope_base = cfg.get("rope_base")
+        self.att = MultiHeadAttention(
+            d_in=cfg["emb_dim"], d_out=cfg["emb_dim"], context_length=cfg["context_length"],
+            num_heads=cfg["n_heads"], dropout=cfg["drop_rate"], qkv_bias=cfg["qkv_bias"],
+            num_kv_heads=cfg.get("n_kv_heads"), window=cfg.get("window"),
+            rope=rope_base is not None, rope_base=10000.0 if rope_base is None else rope_base,
+        )  # fmt: skip
+        self.ff = FeedForward(cfg)
+        self.norm1 = LayerNorm(cfg["emb_dim"])
+        self.norm2 = LayerNorm(cfg["emb_dim"])
+        self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
+
+    def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
+        shortcut = x
+        x = self.drop_shortcut(self.att(self.norm1(x), cache=cache))  # (b, T, emb_dim)
+        x = x + shortcut
+        shortcut = x
+        x = self.drop_shortcut(self.ff(self.norm2(x)))  # (b, T, emb_dim)
+        return x + shortcut
+
+
+class GPTModel(nn.Module):
+    """The book's GPT: embeddings, `n_layers` transformer blocks, a final norm, the vocabulary head.
+
+    Args:
+        cfg: the book's keys (see [`GPT_CONFIG_124M`][attention.gpt.GPT_CONFIG_124M]), and
+            optionally `n_kv_heads`, `rope_base` (a float: RoPE in every block instead of
+            `pos_emb`, which is then not created) and `window`.
+
+    Attributes:
+        tok_emb: `nn.Embedding(vocab_size, emb_dim)`, created first.
+        pos_emb: `nn.Embedding(context_length, emb_dim)`, or None with `rope_base`.
+        drop_emb: dropout on the embeddings.
+        trf_blocks: `nn.Sequential` of `n_layers` `TransformerBlock`s.
+        final_norm: the last `LayerNorm`.
+        out_head: `nn.Linear(emb_dim, vocab_size, bias=False)`, created last.
+
+    Raises:
+        TypeError: `cfg` is not a mapping, or a value of the wrong type.
+        ValueError: a missing or unknown key, or a value out of range.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        super().__init__()
+        _check_config(cfg)
+        self.context_length = cfg["context_length"]
+        self.vocab_size = cfg["vocab_size"]
+        self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
+        self.pos_emb = (
+            None if cfg.get("rope_base") is not None
+            else nn.Embedding(cfg["context_length"], cfg["emb_dim"])
+        )  # fmt: skip
+        self.drop_emb = nn.Dropout(cfg["drop_rate"])
+        self.trf_blocks = nn.Sequential(*[TransformerBlock(cfg) for _ in range(cfg["n_layers"])])
+        self.final_norm = LayerNorm(cfg["emb_dim"])
+        self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
+
+    def forward(self, in_idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+        """Logits for the token after each position: `(batch, num_tokens, vocab_size)`.
+
+        Args:
+            in_idx: token ids, `(batch, num_tokens)`.
+            caches: one [`KVCache`][attention.cache.KVCache] per block, from
+                [`init_caches`][attention.gpt.GPTModel.init_caches]: `in_idx` continues the
+                sequences they hold (positions continue from their length).
+        """
+        check_ids(in_idx, "in_idx", self.vocab_size, device=self.tok_emb.weight.device)
+        if in_idx.ndim != 2:
+            raise ValueError(f"in_idx must be (batch, num_tokens), got {tuple(in_idx.shape)}")
+        if caches is not None and len(caches) != len(self.trf_blocks):
+            raise ValueError(
+                f"expected one cache per block ({len(self.trf_blocks)}), got {len(caches)}"
+            )
+        start = 0 if caches is None else caches[0].length
+        num_tokens = in_idx.shape[1]
+        if start + num_tokens > self.context_length:
+            raise ValueError(
+                f"{start} cached + {num_tokens} new tokens is longer than "
+                f"context_length={self.context_length}"
+            )
+        x = self.tok_emb(in_idx)  # (b, T, emb_dim)
+        if self.pos_emb is not None:  # positions start..start+T-1 (after the cached tokens)
+            x = x + self.pos_emb(torch.arange(start, start + num_tokens, device=in_idx.device))
+        x = self.drop_emb(x)
+        for i, block in enumerate(self.trf_blocks):
+            x = block(x, None if caches is None else caches[i])  # (b, T, emb_dim)
+        logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)
+        return logits
+
+    def init_caches(self, batch_size: int, max_tokens: int | None = None) -> list[KVCache]:
+        """One empty key/value cache per block, for `batch_size` sequences of `max_tokens`."""
+        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        return [block.att.init_cache(batch_size, max_tokens) for block in blocks]
+
+
+def generate_text_simple(
+    model: nn.Module, idx: Tensor, max_new_tokens: int, context_size: int
+) -> Tensor:
+    """The book's greedy loop: at every step, run the whole (cropped) sequence again.
+
+    Args:
+        model: returns logits `(batch, num_tokens, vocab_size)`.
+        idx: token ids `(batch, num_tokens)`.
+        max_new_tokens: tokens to add.
+        context_size: the most tokens the model is given (the last ones).
+
+    Returns:
+        `idx` with `max_new_tokens` more tokens, `(batch, num_tokens + max_new_tokens)`.
+    """
+    check_size("max_new_tokens", max_new_tokens, minimum=0)
+    check_size("context_size", context_size)
+    for _ in range(max_new_tokens):
+        idx_cond = idx[:, -context_size:]  # the last context_size tokens: (b, <= context)
+        with torch.no_grad():
+            logits = model(idx_cond)  # (b, T, vocab_size)
+        logits = logits[:, -1, :]  # the last position's: (b, vocab_size)
+        idx_next = torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1)
+        idx = torch.cat((idx, idx_next), dim=1)  # (b, T + 1)
+    return idx
+
+
+def _next_token(logits: Tensor, temperature: float, top_k: int | None) -> Tensor:
+    """The book's chapter-5 choice: keep the top k, divide by the temperature, sample."""
+    if top_k is not None:
+        top_logits, _ = torch.topk(logits, top_k)  # (b, k)
+        logits = logits.masked_fill(logits < top_logits[:, -1:], float("-inf"))
+    if temperature > 0.0:
+        probs = torch.softmax(logits / temperature, dim=-1)  # (b, vocab_size)
+        return torch.multinomial(probs, num_samples=1)  # (b, 1)
+    return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1): greedy
+
+
+def generate(
+    model: GPTModel,
+    idx: Tensor,
+    max_new_tokens: int,
+    context_size: int | None = None,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    eos_id: int | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Write up to `max_new_tokens` tokens after `idx`: greedy, or sampled; cached by default.
+
+    With `use_cache`, the prompt runs once (prefill) and every later step runs only the newest
+    token (decode), reading the earlier tokens' keys and values from a cache per block. Once
+    the sequence outgrows `context_size`, each step must re-read the last `context_size`
+    tokens from their positions 0 on, as the uncached loop does, so the cache is refilled.
+    Both ways give the same tokens (greedy) or the same distribution (sampled).
+
+    Args:
+        model: a `GPTModel`.
+        idx: the prompt's token ids, `(batch, num_tokens)`.
+        max_new_tokens: the most tokens to add.
+        context_size: the most tokens the model is given; default its `context_length`.
+        temperature: 0 for greedy; above 0, sample from `softmax(logits / temperature)`.
+        top_k: sample among the `top_k` most likely tokens only.
+        eos_id: stop when every sequence's next token is this id (it is not appended). A
+            sequence that finished earlier is padded with it.
+        use_cache: keep keys and values instead of recomputing them.
+
+    Returns:
+        `(batch, num_tokens + new)`, `new <= max_new_tokens`.
+
+    Raises:
+        TypeError: `model` is not a `GPTModel`.
+        ValueError: a bad count, temperature or top_k.
+    """
+    if not isinstance(model, GPTModel):
+        raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
+    check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
+    check_size("max_new_tokens", max_new_tokens, minimum=0)
+    context_size = model.context_length if context_size is None else context_size
+    check_size("context_size", context_size)
+    if not (isinstance(temperature, int | float) and temperature >= 0.0):
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if top_k is not None:
+        check_size("top_k", top_k)
+    check_flag("use_cache", use_cache)
+    context_size = min(context_size, model.context_length)
+    caches = model.init_caches(idx.shape[0], context_size) if use_cache else None
+    done = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
+    fresh = idx  # the tokens the next step feeds; all of them before the first step
+    for _ in range(max_new_tokens):
+        with torch.no_grad():
+            if caches is None:
+                logits = model(idx[:, -context_size:])[:, -1]  # recompute: (b, vocab)
+            else:
+                if caches[0].length + fresh.shape[1] > context_size:  # full: refill it
+                    for cache in caches:
+                        cache.reset()
+                    fresh = idx[:, -context_size:]
+                logits = model(fresh, caches=caches)[:, -1]  # (b, vocab)
+        idx_next = _next_token(logits, temperature, top_k)  # (b, 1)
+        if eos_id is not None:
+            idx_next = idx_next.masked_fill(done, eos_id)
+            done |= idx_next == eos_id
+            if bool(done.all()) and bool((idx_next == eos_id).all()):
+                break
+        idx = torch.cat((idx, idx_next), dim=1)  # (b, T + 1)
+        fresh = idx_next
+    return idx

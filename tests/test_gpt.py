@@ -1,0 +1,221 @@
+"""The book's GPT, the key/value cache and generation.
+
+A cache is only an optimisation: every output of a cached run must equal the uncached
+computation of the same tokens, step by step, in every configuration.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
+
+from attention import MultiHeadAttention
+from attention.cache import KVCache
+from attention.gpt import GPT_CONFIG_124M, GPTModel, generate, generate_text_simple
+from attention.testing import padding_mask
+
+# The book, chapter 4: "Every effort moves you", "Every day holds a" through GPTModel(124M)
+# under torch.manual_seed(123), in training mode (dropout on), and "Hello, I am" greedily.
+BOOK_BATCH = torch.tensor([[6109, 3626, 6100, 345], [6109, 1110, 6622, 257]])
+BOOK_LOGITS_FIRST = torch.tensor([[0.3613, 0.4222, -0.0711], [-0.2564, 0.0900, 0.0335]])
+BOOK_LOGITS_LAST = torch.tensor([[0.4023, 0.0532], [-0.1858, 0.0388]])  # [:, 3, -2:]
+BOOK_HELLO = [15496, 11, 314, 716]
+BOOK_GREEDY = [27018, 24086, 47843, 30961, 42348, 7267, 49706, 43231, 47062, 34657]
+
+
+@pytest.fixture(scope="module")
+def book_model() -> GPTModel:
+    torch.manual_seed(123)
+    return GPTModel(GPT_CONFIG_124M)
+
+
+def test_the_books_seeded_124m_model_prints_the_books_numbers(book_model: GPTModel) -> None:
+    assert sum(p.numel() for p in book_model.parameters()) == 163_009_536
+    with torch.no_grad():  # as in the book: fresh from the constructor, dropout on
+        torch.manual_seed(123)
+        model = GPTModel(GPT_CONFIG_124M)  # the same seed, then the forward pass
+        out = model(BOOK_BATCH)  # (2, 4, 50257)
+    assert out.shape == (2, 4, 50257)
+    assert_close(out[:, 0, :3], BOOK_LOGITS_FIRST, atol=6e-5, rtol=0)
+    assert_close(out[:, 3, -2:], BOOK_LOGITS_LAST, atol=6e-5, rtol=0)
+
+
+def test_greedy_generation_reproduces_the_book_with_and_without_the_cache(
+    book_model: GPTModel,
+) -> None:
+    book_model.eval()
+    prompt = torch.tensor([BOOK_HELLO])
+    simple = generate_text_simple(book_model, prompt, max_new_tokens=6, context_size=1024)
+    assert simple[0].tolist() == BOOK_HELLO + BOOK_GREEDY[:6]
+    for use_cache in (True, False):
+        out = generate(book_model, prompt, max_new_tokens=10, use_cache=use_cache)
+        assert out[0].tolist() == BOOK_HELLO + BOOK_GREEDY
+
+
+# ----------------------------------------------------------------------------- the cache
+D, H, CONTEXT = 16, 4, 24
+
+
+def module(kv_heads: int, rope: bool, window: int | None) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D, D, CONTEXT, 0.0, H, qkv_bias=True, num_kv_heads=kv_heads,
+                             rope=rope, window=window)  # fmt: skip
+    return mha.double().eval()
+
+
+@pytest.mark.parametrize(
+    ("kv_heads", "rope", "window"), list(itertools.product([4, 2, 1], [False, True], [None, 1, 5]))
+)
+@pytest.mark.parametrize("chunks", [[20], [1] * 20, [7, 1, 1, 4, 7], [3, 17]])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_cached_equals_uncached_chunk_by_chunk(
+    kv_heads: int, rope: bool, window: int | None, chunks: list[int], need_weights: bool
+) -> None:
+    """A prompt in one call or in chunks, then one token at a time: every output of every
+    chunk equals the uncached run over the whole sequence, at those positions."""
+    mha = module(kv_heads, rope, window)
+    x = torch.randn(3, sum(chunks), D, dtype=torch.float64)
+    with torch.no_grad():
+        full = mha(x, need_weights=True)  # (3, T, D), weights (3, H, T, T)
+        cache = mha.init_cache(3, max_tokens=CONTEXT)
+        start = 0
+        for n in chunks:
+            part = x[:, start : start + n]
+            if need_weights:
+                out, weights = mha(part, need_weights=True, cache=cache)
+                assert weights.shape == (3, H, n, start + n)
+                assert_close(
+                    weights, full[1][:, :, start : start + n, : start + n], atol=1e-12, rtol=0
+                )
+            else:
+                out = mha(part, cache=cache)
+            assert_close(out, full[0][:, start : start + n], atol=1e-12, rtol=0)
+            start += n
+    assert cache.length == sum(chunks)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    chunks=st.lists(st.integers(1, 6), min_size=1, max_size=8).filter(lambda c: sum(c) <= 20),
+    kv_heads=st.sampled_from([4, 2, 1]),
+    rope=st.booleans(),
+    window=st.sampled_from([None, 1, 2, 6]),
+    pad=st.integers(0, 3),
+)
+def test_cached_equals_uncached_with_left_padded_prompts(
+    chunks: list[int], kv_heads: int, rope: bool, window: int | None, pad: int
+) -> None:
+    """Batched generation pads short prompts on the left: the padding stays masked in the
+    cache for every later step, and every real output equals the uncached one."""
+    mha = module(kv_heads, rope, window)
+    total = pad + sum(chunks)
+    x = torch.randn(2, total, D, dtype=torch.float64)
+    padding = padding_mask([total, total - pad], total, side="left")  # row 1: pad fillers
+    with torch.no_grad():
+        full = mha(x, padding, need_weights=True)[0]
+        cache = mha.init_cache(2, max_tokens=CONTEXT)
+        start, outs = 0, []
+        for n in [pad, *chunks] if pad else chunks:
+            outs.append(mha(x[:, start : start + n], padding[:, start : start + n], cache=cache))
+            start += n
+    assert_close(torch.cat(outs, dim=1), full, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("cfg_extra", [{}, {"n_kv_heads": 2}, {"rope_base": 10000.0}, {"window": 3},
+                                       {"n_kv_heads": 1, "rope_base": 500000.0, "window": 4}])  # fmt: skip
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_generation_is_the_same_with_and_without_the_cache(
+    cfg_extra: dict[str, object], batch: int
+) -> None:
+    """Past the context length too: the cached loop refills its cache as the uncached one
+    re-reads the last context_size tokens."""
+    cfg = {"vocab_size": 64, "context_length": 12, "emb_dim": 16, "n_heads": 4,
+           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": True, **cfg_extra}  # fmt: skip
+    torch.manual_seed(0)
+    model = GPTModel(cfg).double().eval()
+    prompt = torch.randint(0, 64, (batch, 5))
+    cached = generate(model, prompt, max_new_tokens=15, use_cache=True)  # 20 > 12 tokens
+    uncached = generate(model, prompt, max_new_tokens=15, use_cache=False)
+    assert torch.equal(cached, uncached)
+    assert cached.shape == (batch, 20)
+
+
+def test_sampling_top_k_and_eos() -> None:
+    cfg = {"vocab_size": 32, "context_length": 16, "emb_dim": 16, "n_heads": 2,
+           "n_layers": 1, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+    torch.manual_seed(0)
+    model = GPTModel(cfg).eval()
+    prompt = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        logits = model(prompt)[0, -1]
+    top2 = set(torch.topk(logits, 2).indices.tolist())
+    torch.manual_seed(1)
+    sampled = generate(model, prompt, max_new_tokens=1, temperature=1.0, top_k=2)
+    assert sampled[0, -1].item() in top2  # top-k keeps only the 2 most likely
+    greedy_next = int(logits.argmax())
+    stopped = generate(model, prompt, max_new_tokens=5, eos_id=greedy_next)
+    assert stopped.shape == (1, 3)  # the first new token is eos: not appended, stop
+
+
+# ----------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda m, c: m(torch.randn(2, 5, D, dtype=torch.float64), cache=c), ValueError,
+         r"the cache was made for batch_size=3, got a batch of 2"),
+        (lambda m, c: [m(torch.randn(3, 6, D, dtype=torch.float64), cache=c) for _ in range(2)],
+         ValueError, r"the cache holds 6 of max_tokens=8 tokens: 6 more do not fit"),
+        (lambda m, c: m.init_cache(3, max_tokens=CONTEXT + 1), ValueError,
+         r"max_tokens=25 is longer than context_length=24"),
+        (lambda m, c: MultiHeadAttention(D, D, CONTEXT, 0.0, H, causal=False).init_cache(1), ValueError,
+         r"a key/value cache needs causal=True"),
+        (lambda m, c: m(torch.randn(3, 2, D, dtype=torch.float64), cache="cache"), TypeError,
+         r"cache must be a KVCache \(from init_cache\), got str"),
+    ],
+)  # fmt: skip
+def test_cache_errors_name_both_numbers(
+    call: Callable[[MultiHeadAttention, KVCache], object], error: type[Exception], match: str
+) -> None:
+    mha = module(2, True, None)
+    cache = mha.init_cache(3, max_tokens=8)
+    with pytest.raises(error, match=match):
+        call(mha, cache)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: GPTModel({"vocab_size": 5}), ValueError, r"missing \['context_length'"),
+        (lambda: GPTModel({**GPT_CONFIG_124M, "n_layer": 2}), ValueError, r"unknown \['n_layer'\]"),
+        (lambda: GPTModel({**GPT_CONFIG_124M, "drop_rate": 1.5}), ValueError, r"drop_rate must be a probability"),
+        (lambda: generate(torch.nn.Linear(2, 2), torch.tensor([[1]]), 2), TypeError, r"model must be a GPTModel"),
+    ],
+)  # fmt: skip
+def test_model_and_generation_errors(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_generation_argument_errors() -> None:
+    cfg = {"vocab_size": 32, "context_length": 8, "emb_dim": 8, "n_heads": 2,
+           "n_layers": 1, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+    model = GPTModel(cfg).eval()
+    prompt = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match=r"temperature must be a number >= 0, got -1"):
+        generate(model, prompt, 2, temperature=-1)
+    with pytest.raises(ValueError, match=r"top_k must be >= 1, got 0"):
+        generate(model, prompt, 2, top_k=0)
+    with pytest.raises(ValueError, match=r"idx must be in 0 .. 31"):
+        generate(model, torch.tensor([[40]]), 2)
+    with pytest.raises(
+        ValueError, match=r"0 cached \+ 9 new tokens is longer than context_length=8"
+    ):
+        model(torch.zeros(1, 9, dtype=torch.long))
