@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attention import MultiHeadAttention
+from attention_bench.decode import decode_rows
 from attention_bench.flops import attention_flops
 from attention_bench.implementations import (
     MODES,
@@ -54,6 +55,8 @@ class Config:
     compile: bool = True
     seed: int = 0
     construct_context_length: int = 131_072
+    decode_model: dict[str, Any] | None = None  # None: the book's GPT-2 124M
+    decode_tokens: tuple[int, int] = (256, 32)  # prompt, new
 
     @classmethod
     def full(cls, device: str) -> Config:
@@ -73,7 +76,10 @@ class Config:
             gpt2_min_repeats=3,
             max_repeats=3,
             compile=False,
-        )
+            decode_model={"vocab_size": 64, "context_length": 48, "emb_dim": 32, "n_heads": 4,
+                          "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False},
+            decode_tokens=(16, 8),
+        )  # fmt: skip
 
 
 class Recorder:
@@ -347,9 +353,12 @@ def check_targets(
     """
     targets = []
 
-    def target(name: str, value: float | None, limit: float, what: str) -> None:
-        met = None if value is None else value <= limit
-        targets.append({"target": name, "value": value, "limit": limit, "met": met, "what": what})
+    def target(
+        name: str, value: float | None, limit: float, what: str, at_least: bool = False
+    ) -> None:
+        met = None if value is None else (value >= limit if at_least else value <= limit)
+        targets.append({"target": name, "value": value, "limit": limit, "at_least": at_least,
+                        "met": met, "what": what})  # fmt: skip
 
     gpt2 = {"experiment": "gpt2", "dtype": dtype, "mode": "forward_backward"}
     prod, ref = find(rows, impl="production", **gpt2), find(rows, impl=REFERENCE, **gpt2)
@@ -402,6 +411,23 @@ def check_targets(
             1.1,
             "production_window peak bytes / num_tokens: flat when memory grows like T, not T^2",
         )
+    for row in rows:
+        if row.get("experiment") == "decode" and row["batch"] == 1:
+            target(
+                f"generation speedup from the cache, prompt {row['num_tokens']}, "
+                f"{row['new_tokens']} new tokens, batch 1",
+                row["generation_speedup"],
+                4.0,
+                "time without the cache / time with it",
+                at_least=True,
+            )
+            target(
+                "batch-1 decode, fraction of the bandwidth limit",
+                row["fraction_of_limit"],
+                0.5,
+                "tokens/s over copy bandwidth / (bytes of every weight + of the cache)",
+                at_least=True,
+            )
     construct = find(rows, experiment="construct")
     if construct:
         target(
@@ -440,6 +466,16 @@ def run(cfg: Config) -> dict[str, Any]:
         rec.sample_load(f"after sweep T={num_tokens}")
     print(f"construction at context_length={cfg.construct_context_length}", flush=True)
     run_construct(rec, cfg)
+    print(
+        f"generation, prompt {cfg.decode_tokens[0]} tokens, {cfg.decode_tokens[1]} new", flush=True
+    )
+    for row in decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, *cfg.decode_tokens):
+        rec.rows.append(row)
+        print(f"  batch {row['batch']}: prefill {row['prefill_s']:.3f} s, decode "
+              f"{row['cached_tokens_per_s']:.1f} tokens/s cached, "
+              f"{row['uncached_tokens_per_s']:.1f} uncached, "
+              f"{row['fraction_of_limit']:.2f} of the bandwidth limit", flush=True)  # fmt: skip
+    rec.sample_load("after generation")
     if cfg.compile:
         print("torch.compile, production module", flush=True)
         run_compile(rec, cfg, cfg.dtypes[0])
@@ -448,7 +484,8 @@ def run(cfg: Config) -> dict[str, Any]:
     print("targets (production module):")
     for t in targets:
         verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
-        print(f"  {t['target']}: {t['value']:.3f} (limit {t['limit']}) {verdict}")
+        sign = ">=" if t.get("at_least") else "<="
+        print(f"  {t['target']}: {t['value']:.3f} (target {sign} {t['limit']}) {verdict}")
     rec.sample_load("end")
     return {
         "schema": SCHEMA_VERSION,
@@ -469,6 +506,7 @@ def run(cfg: Config) -> dict[str, Any]:
             },
             "reference": REFERENCE,
             "construct_context_length": cfg.construct_context_length,
+            "decode_tokens": list(cfg.decode_tokens),
         },
         "method": METHOD,
         "load_average": rec.load,

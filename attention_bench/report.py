@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "compare_table",
     "compile_table",
+    "decode_table",
     "gpt2_table",
     "heading",
     "memory_table",
@@ -203,11 +204,30 @@ def method(res: Mapping[str, Any], *keys: str, width: int = 76) -> str:
 
 def targets_table(res: Mapping[str, Any]) -> str:
     """The production module's targets, as the run recorded them."""
-    lines = ["| target | measured | limit | |", "| --- | ---: | ---: | --- |"]
+    lines = ["| what | measured | target | |", "| --- | ---: | ---: | --- |"]
     for t in res["targets"]:
         verdict = {True: "met", False: "**missed**", None: "n/a"}[t["met"]]
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
-        lines.append(f"| {t['target']} | {value} | {t['limit']} | {verdict} |")
+        sign = "≥" if t.get("at_least") else "≤"
+        lines.append(f"| {t['target']} | {value} | {sign} {t['limit']} | {verdict} |")
+    return "\n".join(lines)
+
+
+def decode_table(res: Mapping[str, Any]) -> str:
+    """Generation with and without the cache, and decode against the bandwidth limit."""
+    lines = [
+        "| batch | prefill | decode, cached | uncached | generation speedup "
+        "| limit (all weights) | of it | limit (weights read) | of it |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in select(res, experiment="decode"):
+        lines.append(
+            f"| {row['batch']} | {_ms(row['prefill_s'])} "
+            f"| {row['cached_tokens_per_s']:.1f} tokens/s | {row['uncached_tokens_per_s']:.1f} "
+            f"| {row['generation_speedup']:.1f}x | {row['limit_tokens_per_s']:.1f} "
+            f"| {row['fraction_of_limit']:.0%} | {row['limit_read_tokens_per_s']:.1f} "
+            f"| {row['fraction_of_read_limit']:.0%} |"
+        )
     return "\n".join(lines)
 
 

@@ -136,8 +136,17 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         assert row["runs"] == len(row["times_s"]) >= cfg.min_repeats
         if row["impl"] == bench.REFERENCE:
             assert row["ratio_to_reference"] == 1.0
-        if row["impl"] != "matmul" and row["experiment"] != "construct":
+        if row["impl"] != "matmul" and row["experiment"] not in ("construct", "decode"):
             assert row["peak_bytes"] > 0 and row["state_bytes"] > 0
+    # Generation: a row per batch, and the bandwidth limit from the bytes of the weights.
+    decode = [r for r in measured if r["experiment"] == "decode"]
+    assert [r["batch"] for r in decode] == [1, 8]
+    for row in decode:
+        assert row["limit_tokens_per_s"] < row["limit_read_tokens_per_s"]  # the table is indexed
+        assert row["limit_tokens_per_s"] == pytest.approx(
+            row["batch"] * row["copy_bytes_per_s"] / (row["weights_bytes"] + row["cache_bytes"])
+        )
+        assert row["cached_tokens_per_s"] > 0 and row["generation_speedup"] > 0
     # Construction at a long context: the state is the four projections' parameters only.
     (construct,) = [r for r in measured if r["experiment"] == "construct"]
     d = cfg.gpt2.d_model
@@ -154,6 +163,7 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         f"peak forward memory at {longest} tokens, production vs SDPA reference",
         f"peak forward memory at {longest} tokens, right-padded vs unpadded",
         f"construction time at context_length={cfg.construct_context_length}",
+        "batch-1 decode, fraction of the bandwidth limit",
     }
 
 

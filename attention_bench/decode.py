@@ -1,0 +1,112 @@
+r"""Generation: prefill, cached and uncached decoding, and the memory-bandwidth limit.
+
+Decoding one token at batch $b$ reads every weight once and every cached key and value once,
+and does little arithmetic with each number read; it waits for memory. Its limit is
+
+$$
+\text{tokens/s} \le b \cdot \frac{W}{\text{bytes of the weights} + \text{bytes of the cache}},
+$$
+
+with $W$ the machine's copy bandwidth ([`roof`][attention_bench.measuring.roof]). The token
+embedding is only indexed (one row per token), so the weights actually read per token are
+fewer than all of them; both limits are recorded.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from attention.gpt import GPT_CONFIG_124M, GPTModel
+from attention.shapes import ModelShape, kv_cache_bytes
+from attention_bench.measuring import Device, Timing, roof
+
+__all__ = ["DECODE", "decode_rows", "limits"]
+
+DECODE = {"prompt_tokens": 256, "new_tokens": 32, "batches": (1, 8), "uncached_steps": (8, 2)}
+"""What is measured: a prompt of 256 tokens, 32 new ones; batch 1 and 8. Uncached decoding is
+timed over fewer steps (8 at batch 1, 2 at batch 8): each of its steps runs the whole prefix."""
+
+
+def _shape(cfg: dict[str, Any]) -> ModelShape:
+    h = cfg["n_heads"]
+    return ModelShape("GPT-2 124M", cfg["n_layers"], cfg["emb_dim"], h, cfg.get("n_kv_heads") or h,
+                      cfg["emb_dim"] // h)  # fmt: skip
+
+
+def limits(model: GPTModel, batch: int, cached_tokens: int, bytes_per_s: float) -> dict[str, float]:
+    """Tokens/s the memory bandwidth allows at one decode step: all weights, and those read."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    indexed = model.tok_emb.weight.numel() * model.tok_emb.weight.element_size()
+    if model.pos_emb is not None:
+        indexed += model.pos_emb.weight.numel() * model.pos_emb.weight.element_size()
+    cfg = {"n_layers": len(model.trf_blocks), "emb_dim": model.tok_emb.weight.shape[1],
+           "n_heads": model.trf_blocks[0].att.num_heads,
+           "n_kv_heads": model.trf_blocks[0].att.num_kv_heads}  # fmt: skip
+    cache = kv_cache_bytes(_shape(cfg), cached_tokens, batch, bytes_per_number=4)
+    return {
+        "weights_bytes": weights,
+        "read_weights_bytes": weights - indexed,
+        "cache_bytes": cache,
+        "limit_tokens_per_s": batch * bytes_per_s / (weights + cache),
+        "limit_read_tokens_per_s": batch * bytes_per_s / (weights - indexed + cache),
+    }
+
+
+def decode_rows(
+    device: Device | None = None,
+    seed: int = 0,
+    config: dict[str, Any] | None = None,
+    prompt_tokens: int = DECODE["prompt_tokens"],  # type: ignore[assignment]
+    new_tokens: int = DECODE["new_tokens"],  # type: ignore[assignment]
+) -> list[dict[str, Any]]:
+    """Prefill and decode of a GPT (default: the book's 124M, dropout 0, eval, float32)."""
+    device = device or Device.from_env()
+    torch.manual_seed(seed)
+    config = {**(config or GPT_CONFIG_124M), "drop_rate": 0.0}
+    model = GPTModel(config).to(device.type).eval()
+    bandwidth = roof(device).bytes_per_s
+    n_prompt, n_new = prompt_tokens, new_tokens
+    rows = []
+    for batch, n_uncached in zip(DECODE["batches"], DECODE["uncached_steps"], strict=True):
+        prompt = torch.randint(0, model.vocab_size, (batch, n_prompt), device=device.type)
+        with torch.no_grad():
+            for _ in range(2):  # the first round warms up
+                caches = model.init_caches(batch, n_prompt + n_new)
+                start = time.perf_counter()
+                logits = model(prompt, caches=caches)  # prefill: the whole prompt at once
+                device.sync()
+                prefill_s = time.perf_counter() - start
+                steps = []
+                for _ in range(n_new):  # decode: one token per step, from the cache
+                    token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
+                    start = time.perf_counter()
+                    logits = model(token, caches=caches)
+                    device.sync()
+                    steps.append(time.perf_counter() - start)
+            idx, uncached = prompt, []
+            for _ in range(n_uncached):  # without a cache: the whole prefix again
+                start = time.perf_counter()
+                logits = model(idx)
+                device.sync()
+                uncached.append(time.perf_counter() - start)
+                idx = torch.cat((idx, logits[:, -1].argmax(dim=-1, keepdim=True)), dim=1)
+        step_s, uncached_s = statistics.median(steps), statistics.median(uncached)
+        bound = limits(model, batch, n_prompt + n_new // 2, bandwidth)
+        rows.append({
+            "experiment": "decode", "impl": "gpt2_124m", "mode": "decode",
+            "device": device.type, "dtype": "float32", "batch": batch,
+            "num_tokens": n_prompt, "new_tokens": n_new, "prefill_s": prefill_s,
+            **Timing(steps).summary(),  # the decode steps: median_s, quartiles, times
+            "cached_tokens_per_s": batch / step_s,
+            "uncached_tokens_per_s": batch / uncached_s,
+            # the whole generation: prefill + n_new cached steps, against n_new uncached ones
+            "generation_speedup": n_new * uncached_s / (prefill_s + sum(steps)),
+            "copy_bytes_per_s": bandwidth, **bound,
+            "fraction_of_limit": batch / step_s / bound["limit_tokens_per_s"],
+            "fraction_of_read_limit": batch / step_s / bound["limit_read_tokens_per_s"],
+        })  # fmt: skip
+    return rows
