@@ -21,14 +21,16 @@ from typing import Any
 import torch
 
 from attention.gpt import GPT_CONFIG_124M, GPTModel
+from attention.multihead import MultiHeadAttention
 from attention.shapes import ModelShape, kv_cache_bytes
 from attention_bench.measuring import Device, Timing, roof
 
-__all__ = ["DECODE", "decode_rows", "limits"]
+__all__ = ["BATCHES", "NEW_TOKENS", "PROMPT_TOKENS", "decode_rows", "limits"]
 
-DECODE = {"prompt_tokens": 256, "new_tokens": 32, "batches": (1, 8), "uncached_steps": (8, 2)}
-"""What is measured: a prompt of 256 tokens, 32 new ones; batch 1 and 8. Uncached decoding is
-timed over fewer steps (8 at batch 1, 2 at batch 8): each of its steps runs the whole prefix."""
+PROMPT_TOKENS, NEW_TOKENS = 256, 32
+"""What is measured: a prompt of 256 tokens, then 32 new ones."""
+BATCHES = {1: 8, 8: 2}
+"""Batch sizes, and the uncached steps timed at each: each runs the whole prefix again."""
 
 
 def _shape(cfg: dict[str, Any]) -> ModelShape:
@@ -43,9 +45,9 @@ def limits(model: GPTModel, batch: int, cached_tokens: int, bytes_per_s: float) 
     indexed = model.tok_emb.weight.numel() * model.tok_emb.weight.element_size()
     if model.pos_emb is not None:
         indexed += model.pos_emb.weight.numel() * model.pos_emb.weight.element_size()
+    att: MultiHeadAttention = model.trf_blocks[0].att  # type: ignore[assignment]
     cfg = {"n_layers": len(model.trf_blocks), "emb_dim": model.tok_emb.weight.shape[1],
-           "n_heads": model.trf_blocks[0].att.num_heads,
-           "n_kv_heads": model.trf_blocks[0].att.num_kv_heads}  # fmt: skip
+           "n_heads": att.num_heads, "n_kv_heads": att.num_kv_heads}  # fmt: skip
     cache = kv_cache_bytes(_shape(cfg), cached_tokens, batch, bytes_per_number=4)
     return {
         "weights_bytes": weights,
@@ -60,8 +62,8 @@ def decode_rows(
     device: Device | None = None,
     seed: int = 0,
     config: dict[str, Any] | None = None,
-    prompt_tokens: int = DECODE["prompt_tokens"],  # type: ignore[assignment]
-    new_tokens: int = DECODE["new_tokens"],  # type: ignore[assignment]
+    prompt_tokens: int = PROMPT_TOKENS,
+    new_tokens: int = NEW_TOKENS,
 ) -> list[dict[str, Any]]:
     """Prefill and decode of a GPT (default: the book's 124M, dropout 0, eval, float32)."""
     device = device or Device.from_env()
@@ -71,7 +73,7 @@ def decode_rows(
     bandwidth = roof(device).bytes_per_s
     n_prompt, n_new = prompt_tokens, new_tokens
     rows = []
-    for batch, n_uncached in zip(DECODE["batches"], DECODE["uncached_steps"], strict=True):
+    for batch, n_uncached in BATCHES.items():
         prompt = torch.randint(0, model.vocab_size, (batch, n_prompt), device=device.type)
         with torch.no_grad():
             for _ in range(2):  # the first round warms up
