@@ -23,9 +23,9 @@ import torch
 from attention.gpt import GPT_CONFIG_124M, GPTModel
 from attention.multihead import MultiHeadAttention
 from attention.shapes import ModelShape, kv_cache_bytes
-from attention_bench.measuring import Device, Timing, roof
+from attention_bench.measuring import Device, Timing, measure, roof
 
-__all__ = ["BATCHES", "NEW_TOKENS", "PROMPT_TOKENS", "decode_rows", "limits"]
+__all__ = ["BATCHES", "NEW_TOKENS", "PROMPT_TOKENS", "decode_rows", "gemv_bandwidths", "limits"]
 
 PROMPT_TOKENS, NEW_TOKENS = 256, 32
 """What is measured: a prompt of 256 tokens, then 32 new ones."""
@@ -112,3 +112,27 @@ def decode_rows(
             "fraction_of_read_limit": batch / step_s / bound["limit_read_tokens_per_s"],
         })  # fmt: skip
     return rows
+
+
+def gemv_bandwidths(device: Device | None = None) -> dict[str, float]:
+    """Bytes/s read by one decode step's largest product, the vocabulary head, two ways.
+
+    `nn.Linear` stores its weight `(out, in)`; at batch 1 its product is a matrix-vector
+    product over that layout. The same product over the weight stored `(in, out)`, and a plain
+    sum over as many bytes (pure reading), show how much of the bandwidth each layout gets.
+    """
+    device = device or Device.from_env()
+    out_features, in_features = GPT_CONFIG_124M["vocab_size"], GPT_CONFIG_124M["emb_dim"]
+    weight = torch.randn(out_features, in_features, device=device.type)  # (out, in)
+    weight_in_out = weight.t().contiguous()  # (in, out)
+    x = torch.randn(1, in_features, device=device.type)
+    nbytes = weight.numel() * weight.element_size()
+    timings = measure(
+        {
+            "nn.Linear layout (out, in)": lambda: torch.nn.functional.linear(x, weight),
+            "transposed layout (in, out)": lambda: x @ weight_in_out,
+            "reading alone (a sum)": lambda: weight.sum(),
+        },
+        device, budget_s=0.5, min_repeats=5, max_repeats=10, memory=False,
+    )  # fmt: skip
+    return {name: nbytes / min(t.times_s) for name, t in timings.items()}
