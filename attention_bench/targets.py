@@ -1,0 +1,112 @@
+"""The production module's targets: not timed tests, but ratios printed and recorded.
+
+Each target compares two rows of the same run (same machine, same minute), so it survives a
+change of machine; `met` is `None` where a row it needs was not measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from attention_bench.implementations import REFERENCE
+from attention_bench.results import find
+
+__all__ = ["check_targets"]
+
+
+def check_targets(
+    rows: list[dict[str, Any]], dtype: str, sweep_dtype: str, sweep_tokens: Sequence[int]
+) -> list[dict[str, Any]]:
+    """The production module's targets, judged from the rows of one run.
+
+    Time at the GPT-2 shape in `dtype`; memory at the longest of `sweep_tokens` in
+    `sweep_dtype`; generation at batch 1; construction at the recorded `context_length`.
+    A target whose rows are missing (an implementation skipped) is left out, not failed.
+    """
+    targets = []
+
+    def target(
+        name: str, value: float | None, limit: float, what: str, at_least: bool = False
+    ) -> None:
+        met = None if value is None else (value >= limit if at_least else value <= limit)
+        targets.append({"target": name, "value": value, "limit": limit, "at_least": at_least,
+                        "met": met, "what": what})  # fmt: skip
+
+    gpt2 = {"experiment": "gpt2", "dtype": dtype, "mode": "forward_backward"}
+    prod, ref = find(rows, impl="production", **gpt2), find(rows, impl=REFERENCE, **gpt2)
+    mha = find(rows, impl="torch_mha_weights", **gpt2)
+    if prod and ref:
+        target(
+            "fwd+bwd time vs SDPA reference (GPT-2 shape)",
+            prod["median_s"] / ref["median_s"],
+            1.05,
+            "production / sdpa_reference",
+        )
+    if prod and mha:
+        target(
+            "fwd+bwd time vs torch.nn.MultiheadAttention (GPT-2 shape)",
+            prod["median_s"] / mha["median_s"],
+            0.85,
+            "production / torch_mha_weights (nn.MultiheadAttention's default need_weights=True)",
+        )
+    longest = max(sweep_tokens)
+    sweep = {"experiment": "sweep", "dtype": sweep_dtype, "mode": "forward", "num_tokens": longest}
+    ref_mem, prod_mem = find(rows, impl=REFERENCE, **sweep), find(rows, impl="production", **sweep)
+    right_mem = find(rows, impl="production_padded", **sweep)
+    for name, row, base, limit, what in (
+        ("production vs SDPA reference", prod_mem, ref_mem, 1.10, "production / sdpa_reference"),
+        ("right-padded vs unpadded", right_mem, prod_mem, 1.25, "production_padded / production"),
+    ):
+        if row and base and row.get("peak_bytes") and base.get("peak_bytes"):
+            target(
+                f"peak forward memory at {longest} tokens, {name}",
+                row["peak_bytes"] / base["peak_bytes"],
+                limit,
+                f"{what}, bytes allocated during the forward",
+            )
+    gqa = find(rows, impl="production_gqa", **gpt2)
+    if prod and gqa:
+        target(
+            "fwd+bwd time, grouped-query (num_kv_heads = num_heads / 4) vs MHA (GPT-2 shape)",
+            gqa["median_s"] / prod["median_s"],
+            1.05,
+            "production_gqa / production",
+        )
+    half = sorted(sweep_tokens)[-2] if len(sweep_tokens) > 1 else longest
+    window_long = find(rows, impl="production_window", **sweep)
+    window_half = find(rows, impl="production_window", **{**sweep, "num_tokens": half})
+    if window_long and window_half and window_half.get("peak_bytes"):
+        per_token = window_long["peak_bytes"] / longest
+        target(
+            f"windowed forward memory per token, {longest} over {half} tokens",
+            per_token / (window_half["peak_bytes"] / half),
+            1.1,
+            "production_window peak bytes / num_tokens: flat when memory grows like T, not T^2",
+        )
+    for row in rows:
+        if row.get("experiment") == "decode" and row["batch"] == 1:
+            target(
+                f"generation speedup from the cache, prompt {row['num_tokens']}, "
+                f"{row['new_tokens']} new tokens, batch 1",
+                row["generation_speedup"],
+                4.0,
+                "time without the cache / time with it",
+                at_least=True,
+            )
+            target(
+                "batch-1 decode, fraction of the bandwidth limit",
+                row["fraction_of_limit"],
+                0.5,
+                "tokens/s over copy bandwidth / (bytes of every weight + of the cache)",
+                at_least=True,
+            )
+    construct = find(rows, experiment="construct")
+    if construct:
+        target(
+            f"construction time at context_length={construct['context_length']} (s)",
+            construct["median_s"],
+            0.1,
+            "MultiHeadAttention(768, 768, context_length, 0.0, 12), wall time",
+        )
+    return targets
