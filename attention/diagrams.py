@@ -1,0 +1,482 @@
+r"""Diagrams of the computations, drawn by code from the shapes of the real objects.
+
+Boxes and arrows for what a chapter computes. Each function takes the objects a page holds (a
+module and its input, the tensors themselves), runs them, and writes every size it shows from
+the results, so a diagram cannot disagree with the code. Each returns a matplotlib `Figure`
+for [`svg`][attention.plot.svg], drawn in the plot module's ink (`currentColor` on the page),
+its boxes in a faint fill that reads on the light and the dark palette alike.
+
+Examples:
+    >>> from attention.core import causal_mask as mask_of
+    >>> from attention.plot import svg
+    >>> fig = causal_mask(mask_of(3), ["Your", "journey", "starts"])
+    >>> "−∞" in [t.get_text() for t in fig.axes[0].texts], svg(fig).startswith("<svg")
+    (True, True)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from attention.checks import check_size, check_tensor
+from attention.core import attention_scores, explicit_attention
+from attention.multihead import MultiHeadAttention
+from attention.plot import _INK, _literal
+
+if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functions
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+__all__ = ["attention_flow", "causal_mask", "encoder_decoder", "kv_cache", "qkv", "split_heads"]
+
+_FILL = (0.36, 0.55, 0.94, 0.16)  # the plot module's blue, faint: reads on light and dark
+_SEEN = (0.36, 0.55, 0.94, 0.45)  # the same blue, stronger: a key a query sees
+_NEW = (0.91, 0.64, 0.24, 0.7)  # orange: what this step writes, or the bottleneck
+_FAINT_INK = (*(int(_INK[i : i + 2], 16) / 255 for i in (1, 3, 5)), 0.08)  # grey on either
+_HEADS = ("#5b8def", "#e8a33d", "#4caf7a", "#d9607a")  # one colour per head drawn
+_Point = tuple[float, float]
+
+
+def _shape(t: Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+def _sub(n: int) -> str:
+    """`n` in subscript digits: `"h" + _sub(12)` reads h₁₂."""
+    return str(n).translate(str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉"))
+
+
+def _width(label: str, size: float) -> float:
+    """Inches a box needs for `label` at font `size` (a generous average glyph width)."""
+    return max(0.5, 0.072 * size / 10 * max(map(len, label.split("\n"))) + 0.22)
+
+
+class _Board:
+    """One diagram: a bare figure whose axes measure inches, holding boxes, arrows and grids."""
+
+    def __init__(self, width: float, height: float, title: str) -> None:
+        from matplotlib.figure import Figure
+
+        self.fig = Figure(figsize=(width, height))
+        self.ax = self.fig.add_axes((0.0, 0.0, 1.0, 1.0))
+        self.ax.set(xlim=(0, width), ylim=(0, height))
+        self.ax.set_axis_off()
+        self.ax.set_title(title, fontsize=11, color=_INK)
+
+    def text(self, x: float, y: float, s: str, size: float = 9, **kw: Any) -> None:
+        kw = {"ha": "center", "va": "center", **kw}
+        self.ax.text(x, y, s, fontsize=size, color=_INK, linespacing=1.3, **kw)
+
+    def box(self, x: float, y: float, label: str, *, w: float = 0.0, h: float = 0.46,
+            fill: Any = _FILL, size: float = 10) -> Patch:  # fmt: skip
+        """A rounded box centred on `(x, y)`, as wide as its longest line unless `w` is given."""
+        from matplotlib.patches import FancyBboxPatch
+
+        w = w or _width(label, size)
+        style = "round,pad=0,rounding_size=0.06"
+        patch = FancyBboxPatch((x - w / 2, y - h / 2), w, h, style, facecolor=fill, edgecolor=_INK)
+        self.ax.add_patch(patch)
+        self.text(x, y, label, size)
+        return patch
+
+    def chain(self, x: float, y: float, labels: Sequence[str], size: float = 9) -> None:
+        """Boxes left to right from `x`, each with an arrow to the next."""
+        boxes = []
+        for label in labels:
+            w = _width(label, size)
+            boxes.append(self.box(x + w / 2, y, label, size=size))
+            x += w + 0.3
+        for a, b in itertools.pairwise(boxes):
+            self.arrow(a, b)
+
+    def arrow(self, a: Patch | _Point, b: Patch | _Point, label: str = "", *,
+              at: _Point = (0.0, 0.14), bend: str = "arc3", style: str = "-|>",
+              width: float = 0.9, **kw: Any) -> None:  # fmt: skip
+        """An arrow from box or point `a` to box or point `b`, `label` beside its middle."""
+        from matplotlib.patches import FancyArrowPatch
+
+        def centre(p: Patch | _Point) -> _Point:
+            if isinstance(p, tuple):
+                return p
+            box = p.get_extents().transformed(self.ax.transData.inverted())
+            return (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+
+        (x0, y0), (x1, y1) = centre(a), centre(b)
+        self.ax.add_patch(FancyArrowPatch(
+            (x0, y0), (x1, y1), arrowstyle=style, mutation_scale=9, color=_INK, lw=width,
+            connectionstyle=bend, shrinkA=1, shrinkB=1,
+            patchA=None if isinstance(a, tuple) else a, patchB=None if isinstance(b, tuple) else b,
+        ))  # fmt: skip
+        if label:
+            self.text((x0 + x1) / 2 + at[0], (y0 + y1) / 2 + at[1], label, **kw)
+
+    def cells(self, x: float, y: float, rows: int, cols: int, face: Any, cell: float) -> None:
+        """A `rows x cols` grid, top left corner at `(x, y)`; cell (i, j) in `face(i, j)`."""
+        from matplotlib.patches import Rectangle
+
+        for i in range(rows):
+            for j in range(cols):
+                colour = face(i, j) if callable(face) else face
+                corner = (x + j * cell, y - (i + 1) * cell)
+                self.ax.add_patch(Rectangle(corner, cell, cell, fc=colour, ec=_INK, lw=0.4))
+
+    def legend(self, x: float, y: float, items: Sequence[tuple[Any, str]], dx: float = 0.0,
+               dy: float = -0.4) -> None:  # fmt: skip
+        """A small swatch and its label per `(colour, label)`, each `(dx, dy)` after the last."""
+        for n, (face, label) in enumerate(items):
+            self.cells(x + n * dx, y + n * dy + 0.1, 1, 1, face, 0.2)
+            self.text(x + n * dx + 0.28, y + n * dy, label, ha="left", size=8.5)
+
+    def done(self, note: str) -> Figure:
+        """The figure, with `note` (what the sizes are) along its bottom edge."""
+        self.text(0.05, 0.12, note, size=9, ha="left")
+        return self.fig
+
+
+def _matrix(name: str, W: object, d_in: int) -> Tensor:
+    """`W` (an `nn.Linear`, which stores it transposed, or a matrix) as the math's `(d_in, d)`."""
+    matrix = W.weight.T if isinstance(W, nn.Linear) else check_tensor(name, W, ndim=2)
+    if matrix.shape[0] != d_in:
+        raise ValueError(f"{name} must take d_in={d_in} inputs (x's last dimension), got a "
+                         f"(d_in, d) matrix of shape {tuple(matrix.shape)}")  # fmt: skip
+    return matrix
+
+
+def qkv(x: Tensor, W_query: Tensor | nn.Linear, W_key: Tensor | nn.Linear,
+        W_value: Tensor | nn.Linear) -> Figure:  # fmt: skip
+    r"""$X$ projected three times, $Q = X W_q$, $K = X W_k$, $V = X W_v$, with their shapes.
+
+    Args:
+        x: the embeddings $X$, `(num_tokens, d_in)` or `(batch, num_tokens, d_in)`.
+        W_query: $W_q$, an `nn.Linear(d_in, d_q)` or a `(d_in, d_q)` matrix.
+        W_key: $W_k$, likewise.
+        W_value: $W_v$, likewise.
+
+    Returns:
+        The diagram; each box states the shape its projection returned.
+
+    Raises:
+        TypeError: `x` is not a floating-point tensor, or a matrix not a tensor.
+        ValueError: `x` is not 2-D or 3-D, or a matrix does not take `d_in` inputs.
+
+    Examples:
+        >>> from attention import SelfAttentionV2, example_inputs
+        >>> sa = SelfAttentionV2(d_in=3, d_out=2)
+        >>> fig = qkv(example_inputs(), sa.W_query, sa.W_key, sa.W_value)
+        >>> texts = [t.get_text() for t in fig.axes[0].texts]
+        >>> "X\n(6, 3)" in texts, "W_q\n(3, 2)" in texts, "V\n(6, 2)" in texts
+        (True, True, True)
+    """
+    check_tensor("x", x, ndim=(2, 3), floating=True)
+    d_in, wide = x.shape[-1], x.ndim == 3
+    board = _Board(5.4 if wide else 5.2, 2.7, "queries, keys and values: three projections of X")
+    source = board.box(0.55, 1.4, f"X\n{_shape(x)}")
+    widths = []
+    rows = (("W_query", "q", "Q", W_query, "what each token asks"),
+            ("W_key", "k", "K", W_key, "what each token offers"),
+            ("W_value", "v", "V", W_value, "what each token hands over"))  # fmt: skip
+    for (name, sym, big, W, role), y in zip(rows, (2.15, 1.4, 0.65), strict=True):
+        matrix = _matrix(name, W, d_in)
+        with torch.no_grad():
+            out = W(x) if isinstance(W, nn.Linear) else x @ matrix
+        widths.append(out.shape[-1])
+        weight = board.box(1.8, y, f"W_{sym}\n{_shape(matrix)}", w=0.72, fill="none")
+        result = board.box(3.05, y, f"{big}\n{_shape(out)}", w=0.95 if wide else 0.72)
+        board.arrow(source, weight)
+        board.arrow(weight, result)
+        board.text(3.65 if wide else 3.55, y, role, ha="left")
+    batch = f"b = {x.shape[0]} · " if wide else ""
+    return board.done(f"{batch}T = {x.shape[-2]} tokens · d_in = {d_in} · d_q = {widths[0]} · "
+                      f"d_k = {widths[1]} · d_v = {widths[2]}")  # fmt: skip
+
+
+def attention_flow(queries: Tensor, keys: Tensor, values: Tensor,
+                   mask: Tensor | None = None) -> Figure:  # fmt: skip
+    r"""From $Q$, $K$, $V$ to $Z$: scores, scaling, softmax, weighted sum, with every shape.
+
+    Args:
+        queries: $Q$, `(..., num_queries, d_k)`.
+        keys: $K$, `(..., num_keys, d_k)`.
+        values: $V$, `(..., num_keys, d_v)`.
+        mask: optional bool mask, True = hidden (drawn as $+ M$ before the softmax).
+
+    Raises:
+        TypeError: an argument is not a floating-point tensor.
+        ValueError: shapes that do not fit together (as `explicit_attention` says).
+
+    Examples:
+        >>> q = k = v = torch.ones(4, 8)
+        >>> texts = [t.get_text() for t in attention_flow(q, k, v).axes[0].texts]
+        >>> "ω = Q Kᵀ\n(4, 4)" in texts, "÷ √d_k (d_k = 8)\nsoftmax per row" in texts
+        (True, True)
+    """
+    for name, t in (("queries", queries), ("keys", keys), ("values", values)):
+        check_tensor(name, t, floating=True)
+    with torch.no_grad():
+        scores = attention_scores(queries, keys)
+        context_vec, weights = explicit_attention(queries, keys, values, mask)
+    board = _Board(5.4, 2.55, "from queries, keys and values to context vectors")
+    q = board.box(0.55, 2.0, f"Q\n{_shape(queries)}")
+    k = board.box(0.55, 1.25, f"K\n{_shape(keys)}")
+    v = board.box(0.55, 0.55, f"V\n{_shape(values)}")
+    omega = board.box(1.95, 1.62, f"ω = Q Kᵀ\n{_shape(scores)}")
+    alpha = board.box(3.65, 1.62, f"α\n{_shape(weights)}")
+    z = board.box(4.8, 1.62, f"Z = α V\n{_shape(context_vec)}")
+    board.arrow(q, omega)
+    board.arrow(k, omega)
+    step = f"÷ √d_k (d_k = {keys.shape[-1]}){'' if mask is None else ', + M'}\nsoftmax per row"
+    board.arrow(omega, alpha, step, at=(0.0, 0.4), size=8.5)
+    board.arrow(alpha, z)
+    board.arrow(v, z, bend="angle,angleA=0,angleB=90,rad=0")
+    return board.done("each row of α sums to 1: row i of Z mixes the rows of V")
+
+
+def causal_mask(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
+    r"""The mask as a grid: which keys each query sees ($M_{ij} = 0$), which are hidden.
+
+    Args:
+        mask: bool `(num_queries, num_keys)`, True = hidden, as
+            [`attention.core.causal_mask`][attention.core.causal_mask] or
+            [`chunk_mask`][attention.cache.chunk_mask] return it; at most 16 keys.
+        tokens: one label per key; the queries are the last `num_queries` of them (a chunk's
+            queries are the newest tokens). Default: the positions `0, 1, ...`.
+
+    Returns:
+        The diagram: $M_{ij}$ in each (query, key) cell, and how many keys each query sees.
+
+    Raises:
+        TypeError: `mask` is not a bool tensor.
+        ValueError: `mask` is not 2-D, has more than 16 keys or more queries than keys, or
+            `tokens` is not one label per key.
+
+    Examples:
+        >>> from attention.core import causal_mask as mask_of
+        >>> fig = causal_mask(mask_of(4), ["a", "b", "c", "d"])
+        >>> texts = [t.get_text() for t in fig.axes[0].texts]
+        >>> texts.count("−∞"), texts.count("0")  # 6 future cells, 10 seen
+        (6, 10)
+    """
+    check_tensor("mask", mask, ndim=2)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = hidden), got dtype {mask.dtype}")
+    n_q, n_k = mask.shape
+    if not 1 <= n_q <= n_k <= 16:
+        raise ValueError("mask must be (num_queries, num_keys) with 1 <= num_queries <= "
+                         f"num_keys <= 16, got {tuple(mask.shape)}: draw a slice")  # fmt: skip
+    labels = [str(j) for j in range(n_k)] if tokens is None else tokens
+    if isinstance(labels, str) or not isinstance(labels, Sequence) or len(labels) != n_k:
+        raise ValueError(f"tokens must be {n_k} labels (one per key), got {tokens!r:.60}")
+    labels, hidden = _literal(labels), mask.cpu().tolist()
+    cell = min(0.36, 2.6 / n_k)
+    left, top = 1.1, 0.5 + n_q * cell
+    right = left + n_k * cell
+    board = _Board(right + 2.0, top + 0.8, "causal mask: which keys each query sees")
+    board.cells(left, top, n_q, n_k, lambda i, j: _FAINT_INK if hidden[i][j] else _SEEN, cell)
+    for i in range(n_q):
+        y = top - (i + 0.5) * cell
+        board.text(left - 0.08, y, labels[n_k - n_q + i], ha="right")
+        board.text(right + 0.12, y, str(n_k - sum(hidden[i])), ha="left")
+        for j in range(n_k):
+            board.text(left + (j + 0.5) * cell, y, "−∞" if hidden[i][j] else "0", size=8.5)
+    for j in range(n_k):
+        board.text(left + (j + 0.5) * cell, top + 0.06, labels[j], rotation=45, ha="left",
+                   va="bottom", rotation_mode="anchor")  # fmt: skip
+    board.text(left - 0.08, top + 0.12, "query ↓  key →", ha="right", va="bottom")
+    board.text(right + 0.12, top + 0.12, "sees", ha="left", va="bottom")
+    board.legend(right + 0.65, top - 0.2, [(_SEEN, "sees: M = 0"), (_FAINT_INK, "hidden: M = −∞")])
+    return board.done(f"mask {_shape(mask)} · α = softmax(ω / √d_k + M), and e^(−∞) = 0")
+
+
+def split_heads(mha: MultiHeadAttention, x: Tensor) -> Figure:
+    r"""Queries cut into heads (`view`), heads moved before tokens (`transpose`), and back.
+
+    Runs `mha` on `x`; draws one sequence, a cell per number (where they fit) coloured by head.
+
+    Args:
+        mha: a [`MultiHeadAttention`][attention.multihead.MultiHeadAttention].
+        x: its input, `(batch, num_tokens, d_in)`.
+
+    Raises:
+        TypeError: `mha` is not a `MultiHeadAttention`.
+        ValueError: `x` is not an input `mha` accepts (as `mha` says).
+
+    Examples:
+        >>> from attention import MultiHeadAttention
+        >>> mha = MultiHeadAttention(3, 12, context_length=6, dropout=0.0, num_heads=3)
+        >>> texts = [t.get_text() for t in split_heads(mha, torch.ones(2, 6, 3)).axes[0].texts]
+        >>> ".view(b, T, h, d_h)\n(2, 6, 3, 4)" in texts, "head 2" in texts
+        (True, True)
+    """
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # dropout leaves no trace
+        out, weights = mha(x, need_weights=True)  # checks x
+        queries = mha.W_query(x)  # (b, T, d_out)
+        viewed = queries.view(*queries.shape[:2], mha.num_heads, mha.head_dim)  # (b, T, h, d_h)
+        split = mha._split_heads(queries, mha.num_heads)  # (b, h, T, d_h), as forward does
+        values = mha._split_heads(mha.W_value(x), mha.num_kv_heads)  # (b, h_kv, T, d_h)
+        context = weights @ values.repeat_interleave(mha.num_heads // mha.num_kv_heads, dim=1)
+        joined = context.transpose(1, 2)  # (b, T, h, d_h)
+        merged = joined.reshape(*joined.shape[:2], -1)  # (b, T, d_out)
+    b, T, h, d_h = viewed.shape
+    rows, heads, cols, c = min(T, 6), min(h, 4), min(d_h, 4), 0.09
+    w_a = heads * cols * c
+    x_b = 0.25 + w_a + 0.6
+    x_c = x_b + w_a + (heads - 1) * 0.08 + 0.6
+    board = _Board(max(5.0, x_c + cols * c + 0.75), 4.55, "splitting d_out into heads, and back")
+    top, mid, step = 3.75, 3.75 - rows * c / 2, rows * c + 0.12
+    board.cells(0.25, top, rows, heads * cols, lambda i, j: _HEADS[j // cols], c)
+    for head in range(heads):  # the view: the same rows, d_out read as h groups of d_h
+        board.cells(x_b + head * (cols * c + 0.08), top, rows, cols, _HEADS[head], c)
+        board.cells(x_c, top - head * step, rows, cols, _HEADS[head], c)  # the transpose
+        board.text(x_c + cols * c + 0.08, top - head * step - rows * c / 2, f"head {head}",
+                   ha="left", size=8.5)  # fmt: skip
+    for x0, text, t in ((0.25, "Q = W_query(x)", queries), (x_b, ".view(b, T, h, d_h)", viewed),
+                        (x_c, ".transpose(1, 2)", split)):  # fmt: skip
+        board.text(x0, top + 0.08, f"{text}\n{_shape(t)}", ha="left", va="bottom")
+    board.arrow((0.3 + w_a, mid), (x_b - 0.1, mid))
+    board.arrow((x_c - 0.55, mid), (x_c - 0.1, mid))
+    notes = ("view: cuts d_out into h × d_h,\nno number moves",
+             "transpose: heads before tokens,\neach head holds all T tokens")  # fmt: skip
+    for n, note in enumerate(notes):
+        board.text(0.25, top - rows * c - 0.35 - 0.5 * n, note, size=8.5, ha="left", style="italic")
+    board.text(0.05, 1.4, f"after attention (weights {_shape(weights)}), joining:", ha="left")
+    board.chain(0.05, 0.85, [f"α V per head\n{_shape(context)}", f"transpose(1, 2)\n"
+                             f"{_shape(joined)}", f"reshape\n{_shape(merged)}",
+                             f"out_proj\n{_shape(out)}"])  # fmt: skip
+    drawn = "" if (rows, heads, cols) == (T, h, d_h) else " · grid schematic"
+    return board.done(f"b = {b} · T = {T} · h = {h} heads · d_h = {d_h} · d_out = {h * d_h}{drawn}")
+
+
+def encoder_decoder(encoder: nn.RNNBase, inputs: Tensor) -> Figure:
+    r"""The encoder-decoder without attention (only $h_n$ reaches the decoder) and with it.
+
+    The decoder's $s_t$ read one vector $c = h_n$ (top), or each its own blend of every encoder
+    state, $c_t = \sum_i \alpha_{t,i} h_i$ (bottom); `encoder` runs on `inputs` for the sizes.
+
+    Args:
+        encoder: a batch-first recurrent layer (an `nn.GRU`, a `Seq2Seq`'s `encoder`).
+        inputs: its input, `(batch, n, input_size)`, at most 12 tokens; the decoder writes as
+            many (as in copying).
+
+    Raises:
+        TypeError: `encoder` is not a recurrent layer, or `inputs` not a floating-point tensor.
+        ValueError: `encoder` is not batch-first, or `inputs` does not fit it.
+
+    Examples:
+        >>> fig = encoder_decoder(nn.GRU(4, 8, batch_first=True), torch.zeros(1, 5, 4))
+        >>> [t.get_text() for t in fig.axes[0].texts][-1]
+        'h₁ … h₅: (1, 5, 8) · final state h₅: 8 numbers, whatever n is'
+    """
+    if not isinstance(encoder, nn.RNNBase):
+        kind = type(encoder).__name__
+        raise TypeError(f"encoder must be an nn.GRU, nn.LSTM or nn.RNN, got {kind}")
+    if not encoder.batch_first:
+        raise ValueError("encoder must be batch-first (nn.GRU(..., batch_first=True)), got "
+                         "batch_first=False")  # fmt: skip
+    check_tensor("inputs", inputs, ndim=3, floating=True)
+    if not 1 <= inputs.shape[1] <= 12 or inputs.shape[-1] != encoder.input_size:
+        raise ValueError(f"inputs must be (batch, n, {encoder.input_size}) with 1 <= n <= 12, "
+                         f"got {_shape(inputs)}")  # fmt: skip
+    with torch.no_grad():
+        states, _ = encoder(inputs)  # (b, n, H)
+    n, H = states.shape[1], states.shape[-1]  # the decoder writes n tokens too
+    gap, left = min(0.6, 3.6 / n), 1.0
+    board = _Board(left + gap * n + 0.2, 4.9, "the encoder-decoder, without and with attention")
+    for panel, y0 in ((0, 2.75), (1, 0.6)):
+        heading = (f"without: all {n} tokens pass through one vector" if panel == 0
+                   else f"with attention: each step reads all {n} states")  # fmt: skip
+        board.text(0.05, y0 + 1.65, heading, ha="left", size=9.5, weight="bold")
+        last = n - 1 if panel == 0 else -1  # the bottleneck, highlighted
+        enc = [board.box(left + (i + 0.5) * gap, y0, f"h{_sub(i + 1)}", w=gap - 0.14, h=0.34,
+                         fill=_NEW if i == last else _FILL) for i in range(n)]  # fmt: skip
+        dec = [board.box(left + (t + 0.5) * gap, y0 + 1.2, f"s{_sub(t + 1)}", w=gap - 0.14,
+                         h=0.34, fill="none") for t in range(n)]  # fmt: skip
+        for row, name, y in ((enc, "encoder", y0), (dec, "decoder", y0 + 1.2)):
+            board.text(0.05, y, name, ha="left")
+            for a, z in itertools.pairwise(row):
+                board.arrow(a, z, width=0.7)
+        if panel == 0:  # one vector for every step: a bus from h_n under the decoder
+            board.box(left + gap * n / 2, y0 + 0.62, f"c = h{_sub(n)}: {H} numbers, the same at "
+                      "every step", w=gap * n - 0.14, h=0.28, fill=_NEW, size=8.5)  # fmt: skip
+            board.arrow(enc[-1], (left + (n - 0.5) * gap, y0 + 0.48))
+            for t in range(n):
+                board.arrow((left + (t + 0.5) * gap, y0 + 0.76), dec[t], width=0.6)
+        else:  # one step's context: a blend of every state
+            t = (n - 1) // 2
+            point = (left + (t + 0.5) * gap, y0 + 0.66)
+            for h_i in enc:
+                board.arrow(h_i, point, style="-", width=0.5)
+            board.arrow(point, dec[t], f"c{_sub(t + 1)} = Σᵢ α{_sub(t + 1)},ᵢ hᵢ",
+                        at=(0.08, -0.06), ha="left")  # fmt: skip
+    return board.done(f"h₁ … h{_sub(n)}: {_shape(states)} · final state h{_sub(n)}: {H} numbers, "
+                      "whatever n is")  # fmt: skip
+
+
+def kv_cache(mha: MultiHeadAttention, prompt_tokens: int, decode_steps: int,
+             max_tokens: int | None = None) -> Figure:  # fmt: skip
+    """Prefill, then decode: what each call appends to the key/value cache, and what it reads.
+
+    Runs `mha` on zeros (its RNG state restored) with a cache from its own `init_cache`.
+
+    Args:
+        mha: a causal [`MultiHeadAttention`][attention.multihead.MultiHeadAttention].
+        prompt_tokens: the prompt's length.
+        decode_steps: one-token calls after it, at most 8.
+        max_tokens: the cache's slots, at most 24; default `prompt_tokens + decode_steps`.
+
+    Returns:
+        The diagram: one row per call, the cache's slots filled so far.
+
+    Raises:
+        TypeError: `mha` is not a `MultiHeadAttention`, or a size not an int.
+        ValueError: a size out of range, or `mha` not causal (as `init_cache` says).
+
+    Examples:
+        >>> from attention import MultiHeadAttention
+        >>> mha = MultiHeadAttention(8, 8, context_length=16, dropout=0.0, num_heads=2)
+        >>> texts = [t.get_text() for t in kv_cache(mha, 3, 2).axes[0].texts]
+        >>> "prefill  x (1, 3, 8)" in texts, "weights (1, 2, 1, 5)" in texts
+        (True, True)
+    """
+    if not isinstance(mha, MultiHeadAttention):
+        raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    check_size("prompt_tokens", prompt_tokens)
+    if check_size("decode_steps", decode_steps) > 8:
+        raise ValueError(f"decode_steps must be at most 8 to draw, got {decode_steps}")
+    total = prompt_tokens + decode_steps
+    slots = total if max_tokens is None else check_size("max_tokens", max_tokens)
+    if not total <= slots <= 24:
+        raise ValueError(f"max_tokens must hold the {total} tokens and be at most 24 to draw, "
+                         f"got {slots}")  # fmt: skip
+    cache = mha.init_cache(1, slots)  # one sequence
+    weight = mha.W_query.weight
+    x = torch.zeros(1, total, mha.d_in, dtype=weight.dtype, device=weight.device)
+    calls = []
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        for start in [0, *range(prompt_tokens, total)]:
+            chunk = x[:, start : start + (prompt_tokens if start == 0 else 1)]
+            _, weights = mha(chunk, need_weights=True, cache=cache)
+            calls.append((start, cache.length, _shape(chunk), _shape(weights)))
+    cell, left, top = min(0.22, 2.4 / slots), 1.6, 0.9 + 0.34 * len(calls)
+    title = "the key/value cache: prefill, then decode"
+    board = _Board(left + slots * cell + 1.65, top + 0.5, title)
+    shape = f"(b, h_kv, max_tokens, d_h) = {_shape(cache.keys)}"
+    board.text(0.05, top + 0.3, f"the cache: keys and values, each {shape}", ha="left")
+    for j in range(0, slots, 1 if slots <= 12 else 4):  # the slots' positions
+        board.text(left + (j + 0.5) * cell, top + 0.08, str(j), size=8.5)
+    for row, (start, length, chunk_shape, weights_shape) in enumerate(calls):
+        y = top - 0.04 - row * 0.34
+        board.cells(left, y, 1, slots, lambda i, j, a=start, z=length: (
+            _NEW if a <= j < z else _FILL if j < z else "none"), cell)  # fmt: skip
+        name = "prefill" if row == 0 else f"decode {row}"
+        board.text(left - 0.1, y - cell / 2, f"{name}  x {chunk_shape}", ha="right")
+        board.text(left + slots * cell + 0.1, y - cell / 2, f"weights {weights_shape}", ha="left")
+    board.legend(left, 0.5, [(_NEW, "appended by this call"), (_FILL, "cached, read")], 2.0, 0)
+    heads = f"h = {mha.num_heads} heads · h_kv = {mha.num_kv_heads} · d_h = {mha.head_dim}"
+    return board.done(f"{heads} · each query reads every cached row")
