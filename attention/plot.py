@@ -1,4 +1,4 @@
-r"""What the site shows: attention heatmaps, line and bar charts as inline SVG, and source.
+r"""What the site shows: attention heatmaps, masks, line and bar charts as inline SVG.
 
 Every figure on the documentation site comes from here. matplotlib is optional (the `docs`
 extra) and imported only when a function below is called, so `import attention` never loads
@@ -10,6 +10,9 @@ and [`svg`][attention.plot.svg] turns one into a self-contained SVG string that:
 - keeps text as text (`svg.fonttype = "none"`), in the page's own font;
 - gives every heatmap cell a hover tooltip `query -> key: weight`;
 - prefixes its element ids, so several figures can share one HTML page.
+
+[`source`][attention.listing.source], the package's own code for a page to print, is
+re-exported here for the pages.
 
 Examples:
     >>> import torch
@@ -30,11 +33,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from attention._plot_parts import _cell, _check_labels, _numbers, _to_matrix
+from attention.listing import source
+
 if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functions
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["bars", "heatmap", "lines", "row", "source", "svg"]
+__all__ = ["bars", "heatmap", "lines", "mask", "row", "source", "svg"]
 
 MAX_HEATMAP_SIDE = 64
 """The most rows or columns [`heatmap`][attention.plot.heatmap] draws, one labelled cell each."""
@@ -71,46 +77,31 @@ def _rc_context() -> Any:
     return matplotlib.rc_context(_RC)  # type: ignore[arg-type]
 
 
-def _to_matrix(weights: Any) -> list[list[float]]:
-    """A 2-D tensor/array/nested list as a list of rows of floats."""
-    if hasattr(weights, "detach"):  # torch.Tensor
-        if weights.device.type == "meta":
-            raise ValueError("weights on the meta device have no values to draw")
-        if weights.ndim != 2 or weights.is_complex():
-            raise ValueError(
-                "expected real weights of shape (num_queries, num_keys), "
-                f"got {weights.dtype} of shape {tuple(weights.shape)}: select one matrix, "
-                "e.g. attn_weights[0, head]"
-            )
-        weights = weights.detach().cpu().tolist()
-    elif hasattr(weights, "tolist"):  # numpy array
-        weights = weights.tolist()
-    if not (
-        isinstance(weights, list | tuple)
-        and weights
-        and all(isinstance(row, list | tuple) and len(row) == len(weights[0]) for row in weights)
-        and weights[0]
-    ):
-        raise ValueError(
-            f"expected a non-empty 2-D matrix (num_queries, num_keys), got {weights!r:.60}"
-        )
-    try:
-        return [[float(v) for v in row] for row in weights]
-    except (TypeError, ValueError):
-        raise ValueError(f"expected a 2-D matrix of numbers, got {weights!r:.60}") from None
-
-
 def _literal(labels: Sequence[Any]) -> list[str]:
     """Labels drawn as written: a `$` would otherwise start matplotlib's math mode."""
     return [str(label).replace("$", r"\$") for label in labels]
 
 
-def _numbers(name: str, values: Any) -> list[float]:
-    """`values` as a list of floats, or a TypeError naming `name`."""
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a sequence of real numbers, got {values!r:.40}") from None
+def _matrix_axes(
+    ax: Axes, shape: tuple[int, int], labels: tuple[Sequence[str], Sequence[str]], *,
+    xlabel: str = "keys", ylabel: str = "queries", title: str | None = None,
+    every: tuple[int, int] = (1, 1),
+) -> None:  # fmt: skip
+    """Rows top down, labels (every `every`-th row and column) on both axes, no spines."""
+    (num_queries, num_keys), (query_labels, key_labels) = shape, labels
+    ax.set_xlim(-0.5, num_keys - 0.5)
+    ax.set_ylim(num_queries - 0.5, -0.5)  # first query on top, like the matrix
+    queries, keys = range(0, num_queries, every[0]), range(0, num_keys, every[1])
+    rotate: dict[str, Any] = {"rotation": 45, "ha": "right"} if every[1] == 1 else {}
+    ax.set_xticks(keys, _literal([key_labels[j] for j in keys]), **rotate)
+    ax.set_yticks(queries, _literal([query_labels[i] for i in queries]))
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title is not None:
+        ax.set_title(title)
 
 
 def heatmap(
@@ -120,12 +111,18 @@ def heatmap(
     *,
     title: str | None = None,
     ax: Axes | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    marked: Any = None,
+    marked_label: str = "marked",
 ) -> Figure:
     r"""An attention-weight matrix as a heatmap, with the tokens on both axes.
 
     Row $i$ is query token $i$ (y axis, "queries"), column $j$ key token $j$ (x axis, "keys");
     each cell shows $\alpha_{ij}$ (or any score) to two decimals and, as an SVG tooltip, to
-    four. Non-finite cells (masked $-\infty$ scores) are drawn hatched and labelled.
+    four. Non-finite cells (masked $-\infty$ scores) are drawn hatched `//` and labelled.
+    Figures side by side that compare values pass the same `vmin` and `vmax`, so one colour
+    means one value in all of them.
 
     Args:
         weights: tensor, array or nested list of shape `(num_queries, num_keys)`.
@@ -134,12 +131,19 @@ def heatmap(
             (self-attention).
         title: optional title above the matrix.
         ax: draw into these axes instead of a new figure (e.g. one panel per head).
+        vmin: the value at the bottom of the colour scale; default the smallest finite weight.
+        vmax: the value at its top; default the largest finite weight.
+        marked: optional bool matrix of the same shape: its True cells are crossed and
+            outlined (unlike the `//` of masked cells), e.g. the weights dropout zeroed, and a
+            legend above the matrix names them.
+        marked_label: the legend's name for the marked cells.
 
     Returns:
         The matplotlib `Figure`; pass it to [`svg`][attention.plot.svg].
 
     Raises:
-        ValueError: `weights` is not 2-D, or a label count does not match its dimension.
+        ValueError: `weights` is not 2-D, a label count does not match its dimension, or
+            `marked` is not of the shape of `weights`.
 
     Examples:
         >>> import torch
@@ -150,35 +154,29 @@ def heatmap(
         Traceback (most recent call last):
         ...
         ValueError: expected 3 query_labels (one per row of weights (3, 3)), got 2
+        >>> fig = heatmap(torch.eye(2) / 2, ["a", "b"], vmin=0, vmax=1, marked=torch.eye(2) > 0)
+        >>> [float(v) for v in fig.axes[1].get_ylim()]  # the colour bar spans vmin..vmax
+        [0.0, 1.0]
+        >>> fig.axes[0].get_legend().get_texts()[0].get_text()
+        'marked'
     """
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Patch
 
     rows = _to_matrix(weights)
     num_queries, num_keys = len(rows), len(rows[0])
-    if max(num_queries, num_keys) > MAX_HEATMAP_SIDE:
+    key_labels = _check_labels(rows, query_labels, key_labels, MAX_HEATMAP_SIDE)
+    crossed = None if marked is None else _to_matrix(marked)
+    if crossed is not None and (len(crossed), len(crossed[0])) != (num_queries, num_keys):
+        got = (len(crossed), len(crossed[0]))
         raise ValueError(
-            f"a heatmap draws one labelled cell per weight: ({num_queries}, {num_keys}) is too "
-            f"many to read (at most {MAX_HEATMAP_SIDE} per side); pass a slice, e.g. "
-            f"weights[:{MAX_HEATMAP_SIDE // 2}, :{MAX_HEATMAP_SIDE // 2}]"
+            f"marked must have the shape of weights {num_queries, num_keys}, got {got}"
         )
-    key_labels = query_labels if key_labels is None else key_labels
-    for name, labels, n, what in (
-        ("query_labels", query_labels, num_queries, "row"),
-        ("key_labels", key_labels, num_keys, "column"),
-    ):
-        if isinstance(labels, str) or not isinstance(labels, Sequence):
-            raise TypeError(f"{name} must be a sequence of strings, got {labels!r:.40}")
-        if len(labels) != n:
-            raise ValueError(
-                f"expected {n} {name} (one per {what} of weights ({num_queries}, {num_keys})), "
-                f"got {len(labels)}"
-            )
-
     finite = [v for row in rows for v in row if math.isfinite(v)]
-    vmin, vmax = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    norm = Normalize(vmin=vmin, vmax=vmax if vmax > vmin else vmin + 1.0)
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    low, high = low if vmin is None else float(vmin), high if vmax is None else float(vmax)
+    norm = Normalize(vmin=low, vmax=high if high > low else low + 1.0)
 
     with _rc_context():
         import matplotlib
@@ -194,43 +192,109 @@ def heatmap(
             fig = ax.get_figure()  # type: ignore[assignment]
         tooltips: dict[str, str] = getattr(fig, _TOOLTIPS_ATTR, {})
         annotate = num_queries <= 16 and num_keys <= 16
+        cross: dict[str, Any] = {"fill": False, "hatch": "x", "linewidth": 2}
         for i, j in itertools.product(range(num_queries), range(num_keys)):
             value = rows[i][j]
             ok = math.isfinite(value)
             face = cmap(norm(value)) if ok else (0.5, 0.5, 0.5, 0.25)
+            r, g, b, _ = face
+            contrast = "#ffffff" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "#000000"
+            is_marked = crossed is not None and crossed[i][j] != 0
+            tip = f"{query_labels[i]} -> {key_labels[j]}: {value:.4f}"
+            tip += f" ({marked_label})" if is_marked else ""
             # An edge in the face colour hides anti-aliasing seams between cells.
-            patch = Rectangle(
-                (j - 0.5, i - 0.5), 1, 1, facecolor=face, edgecolor=face, linewidth=0.5,
-                hatch=None if ok else "//",
-            )  # fmt: skip
-            gid = f"attn-cell-{next(_ids)}"
-            patch.set_gid(gid)
-            ax.add_patch(patch)
-            tooltips[gid] = f"{query_labels[i]} -> {key_labels[j]}: {value:.4f}"
+            _cell(ax, i, j, tip, tooltips, facecolor=face, edgecolor=face, linewidth=0.5,
+                  hatch=None if ok else "//")  # fmt: skip
+            if is_marked:
+                _cell(ax, i, j, None, tooltips, edgecolor=contrast, **cross)
             if annotate:
-                r, g, b, _ = face
-                dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.5
                 ax.text(
                     j, i, f"{value:.2f}" if ok else ("-inf" if value < 0 else str(value)),
-                    ha="center", va="center", fontsize=9,
-                    color=("#ffffff" if dark else "#000000") if ok else _INK,
+                    ha="center", va="center", fontsize=9, color=contrast if ok else _INK,
                 )  # fmt: skip
         setattr(fig, _TOOLTIPS_ATTR, tooltips)
-        ax.set_xlim(-0.5, num_keys - 0.5)
-        ax.set_ylim(num_queries - 0.5, -0.5)  # first query on top, like the matrix
         ax.set_aspect("equal")
-        ax.set_xticks(range(num_keys), _literal(key_labels), rotation=45, ha="right")
-        ax.set_yticks(range(num_queries), _literal(query_labels))
-        ax.tick_params(length=0)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-        ax.set_xlabel("keys")
-        ax.set_ylabel("queries")
-        if title is not None:
-            ax.set_title(title)
+        _matrix_axes(ax, (num_queries, num_keys), (query_labels, key_labels), title=title)
+        if crossed is not None:
+            handle = Patch(edgecolor=_INK, label=marked_label, **cross)
+            ax.legend(handles=[handle], loc="lower left", bbox_to_anchor=(0, 1), borderaxespad=0.2)
+            ax.set_title(title or "", pad=26)
         import matplotlib.cm
 
         fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.8)
+    return fig
+
+
+_HIDDEN: dict[str, Any] = {"facecolor": (0.5, 0.5, 0.5, 0.25), "hatch": "//", "hatchcolor": _INK}
+_SHOWN: dict[str, Any] = {"facecolor": "#5b8def"}
+
+
+def mask(
+    hidden: Any,
+    query_labels: Sequence[str],
+    key_labels: Sequence[str] | None = None,
+    *,
+    title: str | None = None,
+    legend: tuple[str, str] = ("hidden", "visible"),
+    xlabel: str = "keys",
+    ylabel: str = "queries",
+) -> Figure:
+    """A boolean mask drawn as a mask: two looks and a legend, no colour scale.
+
+    True cells (hidden, as in [`causal_mask`][attention.core.causal_mask]) are grey and
+    hatched `//` like the masked cells of [`heatmap`][attention.plot.heatmap]; False cells
+    are blue. Beyond 16 columns (or rows) only every few labels are written.
+
+    Args:
+        hidden: bool tensor, array or nested list `(num_queries, num_keys)`; True = hidden.
+        query_labels: one label per row.
+        key_labels: one label per column; default `query_labels`.
+        title: optional title.
+        legend: the legend's names for the True and the False cells.
+        xlabel: x-axis label (the columns).
+        ylabel: y-axis label (the rows).
+
+    Returns:
+        The matplotlib `Figure`.
+
+    Raises:
+        ValueError: `hidden` is not a 2-D matrix of 0/1 values, or a label count is wrong.
+
+    Examples:
+        >>> from attention import causal_mask
+        >>> fig = mask(causal_mask(3), ["a", "b", "c"])
+        >>> len(fig.axes), [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        (1, ['hidden', 'visible'])
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows = _to_matrix(hidden)
+    if any(v not in (0.0, 1.0) for row in rows for v in row):
+        raise ValueError(f"hidden must be a bool matrix (True = hidden), got {hidden!r:.60}")
+    num_queries, num_keys = len(rows), len(rows[0])
+    key_labels = _check_labels(rows, query_labels, key_labels, MAX_HEATMAP_SIDE)
+    with _rc_context():
+        cell_w = min(0.55, 3.6 / num_keys)
+        cell_h = min(0.55, 4.0 / num_queries, 2 * cell_w)
+        fig = Figure(figsize=(1.6 + cell_w * num_keys, 2.0 + cell_h * num_queries),
+                     layout="constrained")  # fmt: skip
+        ax = fig.add_subplot()
+        tooltips: dict[str, str] = {}
+        for i, j in itertools.product(range(num_queries), range(num_keys)):
+            hide = rows[i][j] == 1.0
+            tip = f"{query_labels[i]} -> {key_labels[j]}: {legend[0] if hide else legend[1]}"
+            look = _HIDDEN if hide else _SHOWN
+            _cell(ax, i, j, tip, tooltips, edgecolor=look["facecolor"], linewidth=0.5, **look)
+        setattr(fig, _TOOLTIPS_ATTR, tooltips)
+        every = (math.ceil(num_queries / 16), math.ceil(num_keys / 16))
+        _matrix_axes(ax, (num_queries, num_keys), (query_labels, key_labels),
+                     xlabel=xlabel, ylabel=ylabel, every=every)  # fmt: skip
+        handles = [Patch(**_HIDDEN, label=legend[0]), Patch(**_SHOWN, label=legend[1])]
+        ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1), ncols=2,
+                  borderaxespad=0.2, handlelength=1.2)  # fmt: skip
+        if title is not None:
+            ax.set_title(title, pad=26)
     return fig
 
 
@@ -243,6 +307,8 @@ def lines(
     title: str | None = None,
     logx: bool = False,
     logy: bool = False,
+    styles: Mapping[str, Mapping[str, Any]] | None = None,
+    legend: str = "best",
 ) -> Figure:
     """One line per named series over shared x values, with markers and a legend.
 
@@ -254,6 +320,11 @@ def lines(
         title: optional title.
         logx: logarithmic x axis.
         logy: logarithmic y axis.
+        styles: name -> matplotlib line properties (`color`, `marker`, `linestyle`, ...) for
+            the series it names, so that one series looks the same in every figure; the
+            others take the colour cycle, with circles.
+        legend: where the legend goes (matplotlib's `loc`), or `"below"`: under the axes,
+            off the data.
 
     Returns:
         The matplotlib `Figure`.
@@ -262,9 +333,10 @@ def lines(
         ValueError: a series' length differs from `len(x)`.
 
     Examples:
-        >>> fig = lines([1, 2, 4], {"time": [1.0, 2.1, 3.9]}, xlabel="tokens", ylabel="ms")
-        >>> fig.axes[0].get_xlabel(), len(fig.axes[0].lines)
-        ('tokens', 1)
+        >>> fig = lines([1, 2, 4], {"time": [1.0, 2.1, 3.9]}, xlabel="tokens", ylabel="ms",
+        ...             styles={"time": {"color": "C3", "marker": "s"}})
+        >>> fig.axes[0].get_xlabel(), fig.axes[0].lines[0].get_marker()
+        ('tokens', 's')
     """
     from matplotlib.figure import Figure
 
@@ -278,7 +350,8 @@ def lines(
         fig = Figure(figsize=(7.0, 4.2), layout="constrained")
         ax = fig.add_subplot()
         for name, ys in series.items():
-            ax.plot(list(x), list(ys), marker="o", label=name)
+            style = {"marker": "o", **(styles or {}).get(name, {})}
+            ax.plot(list(x), list(ys), label=name, **style)
         if logx:
             ax.set_xscale("log")
         if logy:
@@ -288,8 +361,10 @@ def lines(
         ax.grid(True, alpha=0.3)
         if title is not None:
             ax.set_title(title)
-        if series:
-            ax.legend()
+        if series and legend == "below":
+            fig.legend(loc="outside lower center", ncols=min(3, len(series)))
+        elif series:
+            ax.legend(loc=legend)  # type: ignore[call-overload]
     return fig
 
 
@@ -300,7 +375,7 @@ def bars(
     ylabel: str,
     title: str | None = None,
 ) -> Figure:
-    """A bar per label, its value written above it.
+    """A bar per label, its value written above it (to two decimals, or whole if all are).
 
     Args:
         labels: `n` bar names (tokens, say).
@@ -334,7 +409,8 @@ def bars(
         positions = range(len(values))
         container = ax.bar(positions, values, color="#5b8def")
         ax.set_xticks(positions, _literal(labels))
-        ax.bar_label(container, fmt="%.2f", fontsize=9)
+        whole = all(v.is_integer() for v in values)  # 512 KiB, not 512.00
+        ax.bar_label(container, fmt="%.0f" if whole else "%.2f", fontsize=9)
         ax.set_ylabel(ylabel)
         ax.tick_params(axis="x", rotation=45 if len(labels) > 6 else 0)
         ax.spines[["top", "right"]].set_visible(False)
@@ -409,56 +485,16 @@ def row(*figures: Figure) -> str:
         figures: matplotlib figures, each turned into SVG by [`svg`][attention.plot.svg].
 
     Returns:
-        One HTML `<div class="figure-row">` (a CSS grid: the site's stylesheet sets each
-        column to at least 18rem, or the whole width on a phone).
+        One HTML `<div class="figure-row">` (a CSS grid: each column at least 18rem, or the
+        whole width on a phone); no figure shrinks below its `--figure-min`, half the widest
+        figure (smaller, its text could not be read): on a phone such a row scrolls sideways.
 
     Examples:
         >>> html = row(bars(["a"], [1.0], ylabel="y"), bars(["b"], [2.0], ylabel="y"))
-        >>> html.startswith('<div class="figure-row">') and html.count("<svg") == 2
-        True
+        >>> html.startswith('<div class="figure-row" style="--figure-min: '), html.count("<svg")
+        (True, 2)
     """
-    return '<div class="figure-row">' + "".join(svg(fig) for fig in figures) + "</div>"
-
-
-def source(*objs: Any, docstrings: bool = False) -> str:
-    """The package's own source of `objs`, as one fenced python block for a page to print.
-
-    Pages show the code that runs, never a copy of it: a chapter prints
-    `source(CausalAttention.forward)` from an `exec="1"` block and the reader sees the lines
-    the package executes today.
-
-    Args:
-        *objs: functions, methods or classes.
-        docstrings: keep their docstrings (by default they are dropped: the page's prose and
-            the API reference carry them).
-
-    Returns:
-        Markdown: a fenced python block holding each object's dedented source, in order.
-
-    Examples:
-        >>> from attention.core import softmax_stable
-        >>> block = source(softmax_stable)
-        >>> block.splitlines()[:2]
-        ['```python', 'def softmax_stable(x: Tensor, dim: int = -1) -> Tensor:']
-        >>> "Softmax that cannot overflow" in block  # the docstring is dropped
-        False
-    """
-    import ast
-    import inspect
-    import textwrap
-
-    blocks = []
-    for obj in objs:
-        src = textwrap.dedent(inspect.getsource(obj))
-        dropped: set[int] = set()
-        if not docstrings:
-            for node in ast.walk(ast.parse(src)):
-                body = getattr(node, "body", None)
-                if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-                    value = body[0].value
-                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                        end = body[0].end_lineno or body[0].lineno
-                        dropped.update(range(body[0].lineno, end + 1))
-        kept = [line for n, line in enumerate(src.splitlines(), 1) if n not in dropped]
-        blocks.append("\n".join(kept))
-    return "```python\n" + "\n\n".join(blocks) + "\n```"
+    images = [svg(fig) for fig in figures]
+    points = [float(m[1]) for s in images if (m := re.search(r'width="([\d.]+)pt"', s))]
+    half = round(max(points, default=0.0) * 2 / 3)  # half the widest, in CSS px (1pt = 4/3 px)
+    return f'<div class="figure-row" style="--figure-min: {half}px">' + "".join(images) + "</div>"

@@ -10,6 +10,7 @@ per job:
 - [`experiments`][attention_bench.experiments]: the experiments and the targets;
 - [`results`][attention_bench.results]: the files, and how every number in them was measured;
 - [`report`][attention_bench.report]: the page's tables and figures.
+- [`live`][attention_bench.live]: the page's live comparison, and how busy the machine was.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from torch import nn
 
 from attention import MultiHeadAttention
 from attention_bench.decode import decode_rows
-from attention_bench.flops import attention_flops
 from attention_bench.implementations import (
     MODES,
     REFERENCE,
@@ -226,14 +225,7 @@ def run_group(
                 row["flops"] = 2 * shape.batch * shape.num_tokens * shape.d_model**2
             else:
                 impl = modules[name][0]
-                row["flops"] = attention_flops(
-                    shape.batch,
-                    shape.num_tokens,
-                    shape.d_model,
-                    shape.d_model,
-                    out_proj=impl.out_proj,
-                    backward=mode == "forward_backward",
-                )
+                row["flops"] = impl.flops(shape, backward=mode == "forward_backward")
                 row["state_bytes"] = state_bytes(modules[name][1])
                 row["peak_bytes"] = timing.peak_bytes
             row["flops_per_s"] = row["flops"] / row["median_s"]

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper, causal_mask
 from attention.testing import padding_mask
+from attention_bench.flops import attention_flops
 
 __all__ = [
     "MODES",
@@ -156,6 +157,11 @@ WINDOW = 256
 """The sliding window of `production_window`, in tokens."""
 
 
+def gqa_kv_heads(num_heads: int) -> int:
+    """The key/value heads of `production_gqa`: a quarter of the query heads, at least one."""
+    return max(1, num_heads // 4)
+
+
 def _production(
     shape: Shape,
     *,
@@ -197,6 +203,25 @@ class Impl:
     capped_modes: tuple[str, ...] = MODES  # the modes that `max_tokens` limits
     skip_reason: str = ""
     backend: str | None = None  # CUDA only: force one SDPA backend
+    kv_heads: Callable[[int], int] | None = None  # num_heads -> key/value heads; None: all
+    window: int | None = None  # a sliding window, in tokens
+
+    def flops(self, shape: Shape, *, backward: bool = False) -> int:
+        """Useful FLOPs of one call at `shape`: its own key/value width and window counted.
+
+        Examples:
+            >>> gpt2 = Shape(batch=8, num_tokens=1024, d_model=768, num_heads=12)
+            >>> mha, gqa = implementations(0)[1], implementations(0)[-2]
+            >>> round(gqa.flops(gpt2) / mha.flops(gpt2), 3)  # smaller W_k, W_v
+            0.719
+        """
+        head_dim = shape.d_model // shape.num_heads
+        kv_heads = shape.num_heads if self.kv_heads is None else self.kv_heads(shape.num_heads)
+        return attention_flops(
+            shape.batch, shape.num_tokens, shape.d_model, shape.d_model,
+            out_proj=self.out_proj, d_kv=kv_heads * head_dim, window=self.window,
+            backward=backward,
+        )  # fmt: skip
 
     def skipped(self, mode: str, shape: Shape) -> str | None:
         """Why `mode` is not run at `shape`, or None if it is."""
@@ -266,8 +291,12 @@ def implementations(max_explicit_tokens: int) -> list[Impl]:
             max_tokens=n,
             skip_reason=_FASTPATH,
         ),
-        Impl("production_gqa", lambda s: _production(s, num_kv_heads=max(1, s.num_heads // 4))),
-        Impl("production_window", lambda s: _production(s, window=WINDOW)),
+        Impl(
+            "production_gqa",
+            lambda s: _production(s, num_kv_heads=gqa_kv_heads(s.num_heads)),
+            kv_heads=gqa_kv_heads,
+        ),
+        Impl("production_window", lambda s: _production(s, window=WINDOW), window=WINDOW),
     ]
 
 

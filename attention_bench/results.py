@@ -41,8 +41,10 @@ METHOD = {
     ),
     "state_bytes": "parameters + buffers of the module (the wrapper's causal-mask buffers too)",
     "flops": (
-        "useful FLOPs: projections 2*b*T*d_in*d_out each, QK^T and AV 2*b*T^2*d_out each, "
-        "halved for causal; forward+backward = 3x forward; softmax ignored"
+        "useful FLOPs: projections 2*b*T*d_in*width each (width d_out, or h_kv*d_h for the "
+        "keys and values of grouped heads), QK^T and AV 2*b*T^2*d_out each, halved for causal, "
+        "the band's T*w - w*(w-1)/2 - T/2 pairs instead for a window w; forward+backward = 3x "
+        "forward; softmax ignored (attention_bench.flops)"
     ),
     "matmul_fraction": (
         "achieved FLOP/s (at the median time) divided by that of the fastest call of "

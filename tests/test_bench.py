@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import attention_bench as bench
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper
-from attention_bench import measuring, report
+from attention_bench import live, measuring, report
 from attention_bench.__main__ import main
 from attention_bench.results import SCHEMA_VERSION
 
@@ -194,5 +194,164 @@ def test_live_comparison_times_each_implementation() -> None:
     timings = bench.compare(shape, ["sdpa_reference", "production"], budget_s=0.05)
     assert list(timings) == ["sdpa_reference", "production"]
     assert all(len(t.times_s) >= 5 for t in timings.values())
-    lines = report.compare_table(timings).splitlines()
-    assert lines[0].endswith("1.00x reference") and len(lines) == 2
+    lines = live.compare_table(timings).splitlines()
+    assert lines[1].split()[-2:] == ["1.00x", "-"] and len(lines) == 3  # header, one row each
+
+
+def test_grouped_heads_flops_match_counted_matmuls() -> None:
+    # One key/value head of width D // H: W_k and W_v shrink, the attention products do not.
+    mha = MultiHeadAttention(D, D, T, 0.0, H, qkv_bias=True, num_kv_heads=1)
+    counted = _counted_flops(lambda x: mha(x, need_weights=True), torch.randn(B, T, D), False)
+    assert counted == bench.attention_flops(B, T, D, D, causal=False, d_kv=D // H)
+    assert counted < bench.attention_flops(B, T, D, D, causal=False)
+
+
+@pytest.mark.parametrize("window", [1, 3, 8, T, 2 * T])
+def test_window_flops_count_the_band_like_the_causal_triangle(window: int) -> None:
+    from attention import causal_mask
+
+    projections, _ = bench.flop_terms(B, T, D, D)
+    _, band = bench.flop_terms(B, T, D, D, window=window)
+    pairs = int((~causal_mask(T, window=window)).sum())  # the (query, key) pairs it may see
+    # 4 d_out FLOPs a pair; the diagonal counts half, as in the causal triangle's T^2 / 2
+    assert band == 4 * B * D * pairs - 2 * B * D * T
+    assert bench.attention_flops(B, T, D, D, window=window) == projections + band
+    if window >= T:
+        assert band == bench.flop_terms(B, T, D, D)[1]  # no window at all
+
+
+def test_flop_terms_reject_a_window_without_causality() -> None:
+    with pytest.raises(ValueError, match="window=4 needs causal=True"):
+        bench.flop_terms(B, T, D, D, causal=False, window=4)
+    with pytest.raises(ValueError, match="d_kv must be a positive int, got 0"):
+        bench.flop_terms(B, T, D, D, d_kv=0)
+
+
+def _row(experiment: str, impl: str, mode: str, median_s: float, **fields: Any) -> dict[str, Any]:
+    shape = {"batch": 8, "num_tokens": 1024, "d_model": 768, "num_heads": 12}
+    return {"experiment": experiment, "impl": impl, "mode": mode, "dtype": "float32",
+            "median_s": median_s, "q1_s": median_s, "q3_s": median_s, "runs": 5,
+            **shape, **fields}  # fmt: skip
+
+
+def _document() -> dict[str, Any]:
+    """A small results document with known numbers: what the report must print from it."""
+    rows = [_row("gpt2", name, mode, s * (3 if mode == "forward_backward" else 1),
+                 ratio_to_reference=s / 0.5, matmul_fraction=0.9)
+            for name, s in (("sdpa_reference", 0.5), ("production", 0.5), ("production_gqa", 0.4))
+            for mode in ("forward", "forward_backward")]  # fmt: skip
+    for T_ in (256, 512, 1024):
+        sweep = {"batch": 1, "num_tokens": T_}
+        gqa_time = 1.2 if T_ == 1024 else 0.8  # slower than MHA at the longest context only
+        for name, time_s, peak in (
+            ("sdpa_reference", 1.0, 100), ("production", 1.0, 100),
+            ("production_gqa", gqa_time, 70), ("production_window", 0.5, 170 if T_ > 256 else 100),
+        ):  # fmt: skip
+            for mode in ("forward", "forward_backward"):
+                rows.append(_row("sweep", name, mode, time_s, peak_bytes=peak, state_bytes=1,
+                                 **sweep))  # fmt: skip
+    for batch, frac, read in ((1, 0.52, 0.40), (8, 0.25, 0.20)):
+        rows.append({"experiment": "decode", "impl": "gpt2_124m", "mode": "decode",
+                     "batch": batch, "prefill_s": 0.5, "cached_tokens_per_s": 20.0 * batch,
+                     "uncached_tokens_per_s": 2.0, "generation_speedup": 8.0,
+                     "limit_tokens_per_s": 40.0 * batch, "fraction_of_limit": frac,
+                     "limit_read_tokens_per_s": 50.0 * batch, "fraction_of_read_limit": read})  # fmt: skip
+    for name, s in (("production", 0.4), ("production_compiled", 0.3)):
+        rows.append(_row("compile", name, "forward", s, ratio_to_eager=s / 0.4))
+    target = {"target": "batch-1 decode, fraction of the bandwidth limit", "value": 0.52,
+              "limit": 0.5, "at_least": True, "met": True, "what": "..."}  # fmt: skip
+    return {
+        "date": "2026-01-01T00:00:00", "machine": {"label": "test machine", "device": "cpu"},
+        "config": {"gpt2": {"batch": 8, "num_tokens": 1024, "d_model": 768, "num_heads": 12},
+                   "sweep_batch": 1, "sweep_tokens": [256, 512, 1024], "decode_tokens": [256, 32]},
+        "matmul_flops_per_s": {"float32": 1e11}, "targets": [target], "results": rows,
+    }  # fmt: skip
+
+
+def test_report_counts_each_variants_own_flops() -> None:
+    res = _document()
+    row = next(report.select(res, impl="production_gqa", mode="forward_backward"))
+    shape = bench.Shape(8, 1024, 768, 12)
+    own = bench.attention_flops(8, 1024, 768, 768, d_kv=768 // 4, backward=True)
+    assert report.matmul_fraction(res, row) == pytest.approx(own / row["median_s"] / 1e11)
+    full = bench.attention_flops(8, 1024, 768, 768, backward=True)
+    assert report.matmul_fraction(res, row) == pytest.approx(0.719 * full / 1.2 / 1e11, rel=1e-3)
+    gqa_impl = next(i for i in bench.implementations(0) if i.name == "production_gqa")
+    assert gqa_impl.flops(shape, backward=True) == own
+    table = report.gpt2_table(res)
+    assert f"| {100 * own / 1.2 / 1e11:.0f}% |" in table  # not the stored 90%
+    assert "| `production` | 500 ms, 1.00x | 1500 ms, 1.00x |" in table
+
+
+def test_report_headings_state_each_tables_shape() -> None:
+    res = _document()
+    assert report.heading(res).endswith("batch=8, num_tokens=1024, d_model=768, num_heads=12")
+    assert "batch=1, num_tokens=256 to 1024" in report.heading(res, "sweep")
+    assert "forward, batch=1, num_tokens=1024," in report.heading(res, "memory")
+    assert "124M GPT, batch 1 and 8, prompt 256 tokens, 32 new" in report.heading(res, "decode")
+
+
+def test_report_memory_column_is_over_production_for_every_row() -> None:
+    table = report.memory_table(_document())
+    assert "peak over `production`'s" in table and "over unpadded" not in table
+    assert "| `production_window` | 0.0 MiB | 0.0 MiB | 1.70x |" in table
+    assert "| `production_gqa` | 0.0 MiB | 0.0 MiB | 0.70x |" in table
+
+
+def test_report_variants_summary_says_what_the_rows_show() -> None:
+    text = report.variants_summary(_document())
+    assert "grouped heads take 0.80x to 1.20x" in text
+    assert "*slower* than multi-head attention at $T$ = 1,024 (1.20x)" in text
+    assert (
+        "1.70x to 1.70x multi-head attention's peak forward memory at every $T \\ge 2w$ = 512"
+        in text
+    )
+    assert "takes 0.50x its forward+backward time at $T$ = 1,024" in text
+
+
+def test_report_decode_tables_fit_and_name_both_limits() -> None:
+    res = _document()
+    for table in (report.decode_table(res), report.bandwidth_table(res)):
+        assert table.splitlines()[0].count("|") - 1 <= 6  # columns that fit a 1280 px page
+    assert "(tokens/s)" in report.bandwidth_table(res)
+    note = report.decode_limits(res)
+    assert "50% of the *all-weights* limit (40.0 tokens/s)" in note
+    assert "weights-read* limit (50.0 tokens/s)" in note and "it reaches 40%" in note
+    assert "short of the same share" in note
+    assert "of the weights-read limit: 0.40" in report.targets_table(res)
+
+
+def test_report_compile_table_says_where_its_eager_time_comes_from() -> None:
+    table = report.compile_table(_document())
+    assert "500 ms there (forward, forward+backward) against 400 ms here" in table
+
+
+def test_report_gives_every_implementation_its_own_look_in_every_figure() -> None:
+    looks = [tuple(sorted(style.items())) for style in report.STYLES.values()]
+    assert set(report.IMPLS) == set(report.STYLES) and len(set(looks)) == len(looks)
+    res = _document()
+    seen: dict[str, tuple[object, ...]] = {}
+    for fig in report.sweep_figures(res):
+        for line in fig.axes[0].lines:
+            look = (line.get_color(), line.get_marker(), line.get_linestyle())
+            assert seen.setdefault(line.get_label(), look) == look  # the same in every figure
+
+
+def test_live_comparison_shows_quartiles_rounds_and_the_stored_ratio() -> None:
+    from attention_bench import live
+    from attention_bench.measuring import Timing
+
+    timings = {"sdpa_reference": Timing([1.0, 1.0, 1.0]), "production": Timing([1.2, 1.3, 1.4])}
+    res = _document()
+    shape = bench.Shape(batch=1, num_tokens=512, d_model=768, num_heads=12)
+    lines = live.compare_table(timings, shape=shape, stored=res).splitlines()
+    assert lines[0].split()[-1] == "stored"
+    assert " ".join(lines[2].split()) == "production 1300 ms 1250-1350 ms 3 1.30x 1.00x"
+    missing = live.compare_table(timings, shape=bench.Shape(1, 64, 8, 2), stored=res)
+    assert missing.splitlines()[1].endswith(" -")  # the stored run has no such shape
+    assert "slower than: sdpa_reference" in live.live_verdict(timings, "production")
+    verdict = live.live_verdict(timings, "production", shape=shape, stored=res)
+    assert verdict.endswith(
+        "in the stored run, at this shape:\n  within the spread of: sdpa_reference"
+    )
+    assert live.live_conditions(timings).startswith("3 rounds each, load average")

@@ -164,3 +164,81 @@ def test_plot_helpers_name_what_they_were_given(
 ) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+def _face_colours(fig: object) -> list[tuple[float, ...]]:
+    """The face colour of every filled cell of a matrix figure, in drawing order."""
+    ax = fig.axes[0]  # type: ignore[attr-defined]
+    return [tuple(p.get_facecolor()) for p in ax.patches if p.get_fill()]
+
+
+def test_heatmaps_with_one_scale_colour_one_value_alike() -> None:
+    low, high = torch.tensor([[0.5, 0.1]]), torch.tensor([[0.5, 0.9]])
+    own = [_face_colours(heatmap(w, ["q"], ["a", "b"]))[0] for w in (low, high)]
+    assert own[0] != own[1]  # each scaled to its own range: 0.5 is the top of one, not the other
+    shared = [_face_colours(heatmap(w, ["q"], ["a", "b"], vmin=0, vmax=1))[0] for w in (low, high)]
+    assert shared[0] == shared[1]  # one scale: the same weight, the same colour
+    colorbar = heatmap(low, ["q"], ["a", "b"], vmin=0, vmax=1).axes[1]
+    assert tuple(float(v) for v in colorbar.get_ylim()) == (0.0, 1.0)
+
+
+def test_heatmap_marks_cells_apart_from_masked_ones() -> None:
+    weights = torch.tensor([[1.0, float("-inf")], [0.0, 0.5]])
+    marked = torch.tensor([[False, False], [True, False]])
+    fig = heatmap(weights, ["a", "b"], marked=marked, marked_label="dropped")
+    ax = fig.axes[0]
+    crossed = [p for p in ax.patches if not p.get_fill()]
+    assert [p.get_hatch() for p in crossed] == ["x"]  # one mark, not the masked cell's "//"
+    assert crossed[0].get_xy() == (-0.5, 0.5)  # row 1, column 0
+    assert "//" in [p.get_hatch() for p in ax.patches if p.get_fill()]  # -inf stays hatched
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["dropped"]
+    assert "b -&gt; a: 0.0000 (dropped)" in svg(fig)
+    with pytest.raises(ValueError, match=r"marked must have the shape of weights \(2, 2\)"):
+        heatmap(weights, ["a", "b"], marked=torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_mask_draws_two_looks_and_a_legend_without_a_colour_scale() -> None:
+    from attention import causal_mask
+    from attention.plot import mask
+
+    fig = mask(causal_mask(4), ["a", "b", "c", "d"], title="m")
+    assert len(fig.axes) == 1  # no colour bar
+    ax = fig.axes[0]
+    colours = _face_colours(fig)
+    assert len(colours) == 16 and len(set(colours)) == 2
+    hidden = [p for p in ax.patches if p.get_hatch() == "//"]
+    assert len(hidden) == 6  # the strict upper triangle of 4 x 4
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["hidden", "visible"]
+    out = svg(fig)
+    assert "a -&gt; b: hidden" in out and "b -&gt; a: visible" in out
+    assert {"queries", "keys", "m"} <= set(texts(out))
+
+
+def test_mask_names_its_axes_and_thins_long_labels() -> None:
+    from attention.plot import mask
+
+    reach = torch.zeros(4, 24, dtype=torch.bool)
+    reach[:, :10] = True
+    fig = mask(reach, [f"{n} layers" for n in range(4)], [str(j) for j in range(24)],
+               legend=("cannot reach", "reaches"), xlabel="input token", ylabel="depth")  # fmt: skip
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("input token", "depth")
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"{n} layers" for n in range(4)]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(j) for j in range(0, 24, 2)]
+    with pytest.raises(ValueError, match="hidden must be a bool matrix"):
+        mask(torch.full((2, 2), 0.5), ["a", "b"])
+
+
+def test_lines_keep_given_styles_and_can_put_the_legend_below() -> None:
+    styles = {"fused": {"color": "C3", "marker": "s", "linestyle": "--"}}
+    fig = lines([1, 2], {"explicit": [1.0, 2.0], "fused": [0.5, 0.9]}, xlabel="x", ylabel="y",
+                styles=styles, legend="below")  # fmt: skip
+    explicit, fused = fig.axes[0].lines
+    assert (fused.get_marker(), fused.get_linestyle()) == ("s", "--")
+    assert fused.get_color() == "C3" and explicit.get_marker() == "o"  # the default look
+    assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # under the axes
+
+
+def test_bars_write_whole_numbers_whole() -> None:
+    labels = texts(svg(bars(["GPT-2", "Llama"], [36.0, 512.0], ylabel="KiB")))
+    assert {"36", "512"} <= set(labels) and "512.00" not in labels

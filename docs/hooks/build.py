@@ -1,7 +1,7 @@
 """MkDocs hooks: what no plugin does for this site (listed under `hooks:` in mkdocs.yml).
 
 - a footer on every page stating what computed its outputs (`attention` and torch versions,
-  the devices, the date);
+  the devices, the date), or, on a page that runs no code, what built it;
 - `<!-- pycon: README.md#quickstart -->`: the README's quickstart run like a console session
   (every `>>>` line echoes its value, which markdown-exec's `pycon` does not do); an example
   that raises fails the build, while whether the typed outputs still hold is pytest's call;
@@ -39,10 +39,13 @@ MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "
 """What the site serves of MathJax's es5 build (the 4 MB speech-rule maps are left out)."""
 
 _DIRECTIVE = re.compile(r"^<!-- pycon: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->$", re.MULTILINE)
+_EXECUTED = re.compile(r"^ *```\w+ [^\n]*\bexec=\"(?:1|true|on)\"", re.MULTILINE)  # markdown-exec
+_STAMPS: dict[bool, str] = {}  # does the page compute anything? -> its footer
 
 
-def build_stamp() -> str:
-    """One line for the footer: what computed every output on the page."""
+def build_stamp(computed: bool = True) -> str:
+    """One line for the footer: what computed every output on the page (or built a page that
+    `computed` nothing: no executed block, no console transcript, no notebook)."""
     import torch
 
     import attention
@@ -61,17 +64,27 @@ def build_stamp() -> str:
         devices += f" (measurements on <code>{measured}</code>)"
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     now = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
+    what = (
+        "Every output on this page was computed while the site was built"
+        if computed
+        else ("This page runs no code; the site was built")
+    )
     return (
-        f'<span class="build-stamp">Every output on this page was computed while the site was '
-        f"built on {now:%Y-%m-%d}, by <code>attention</code> {attention.__version__} with "
-        f"torch {torch.__version__} on {devices} (Python "
+        f'<span class="build-stamp">{what} on {now:%Y-%m-%d}, by <code>attention</code> '
+        f"{attention.__version__} with torch {torch.__version__} on {devices} (Python "
         f"{sys.version_info.major}.{sys.version_info.minor}).</span>"
     )
 
 
 def on_config(config: MkDocsConfig) -> MkDocsConfig:
-    config["copyright"] = build_stamp()
+    _STAMPS.update({True: build_stamp(), False: build_stamp(computed=False)})
+    config["copyright"] = _STAMPS[True]
     return config
+
+
+def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
+    config["copyright"] = _STAMPS[page.meta.get("computed", True)]  # the footer reads it
+    return context
 
 
 def _mathjax_dir() -> Path:
@@ -159,6 +172,10 @@ def run_pycon(source: str, name: str) -> str:
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    notebook = page.file.src_uri.endswith((".py", ".ipynb"))  # executed by notebooks.py
+    runs = _EXECUTED.search(markdown) or _DIRECTIVE.search(markdown)
+    page.meta["computed"] = notebook or runs is not None
+
     def replace(match: re.Match[str]) -> str:
         where = f"{match['path']}#{match['name']}"
         return run_pycon(section(ROOT / match["path"], match["name"]), where)
