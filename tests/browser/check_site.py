@@ -16,7 +16,13 @@ playwright (never `playwright install`: no browser download). For every HTML pag
 - every figure (`svg`/`img` in the content) visible with a non-zero size, and the text of every
   `attention.plot` figure contrasted against the page background in the light and the dark
   palette;
-- the footer's build stamp (versions and device) present.
+- the footer's build stamp (versions and device) present;
+- every attention explorer (`[data-attention-explorer]`, `docs/javascripts/explorer.js`) drawn,
+  each control labelled, and each control alive: choosing another sentence, layer and head,
+  toggling the mask, moving the temperature slider, hovering a token, focusing one and pressing
+  ArrowRight must each change what is drawn (cell colours, token strip or caption); Enter pins
+  the query; the selected query's weights in the strip must equal a softmax of the page's
+  embedded scores computed here; and nothing may overflow the column at 1280 or 390 px.
 
 On the home page it also types "causal" into the search box and expects results. It saves a
 full-page screenshot of every page (light) and of the home and API pages (dark) to the
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import math
 import os
 import re
 import sys
@@ -47,8 +54,8 @@ CHROMIUM_ARGS = [
     "--disable-default-apps",
     "--disable-sync",
 ]
-# Pages also checked and photographed in the dark palette: home, API, a chapter, a notebook.
-DARK_TOO = ("", "api/", "simplified/", "exercises/04_simplified/")
+# Pages also checked and photographed in the dark palette: home, API, chapters, a notebook.
+DARK_TOO = ("", "api/", "simplified/", "heads/", "exercises/03_simplified/")
 
 # Text nodes outside code, scripts and rendered math must not hold raw TeX.
 RAW_TEX_JS = r"""
@@ -141,6 +148,35 @@ FIGURES_JS = """
 }
 """
 
+# What an explorer draws, to compare before and after a control is used.
+EXPLORER_DRAWN_JS = """
+(root) => JSON.stringify({
+  cells: [...root.querySelectorAll(".ax-cell[data-i]")].map(
+    (c) => c.className + getComputedStyle(c).backgroundImage),
+  tokens: [...root.querySelectorAll(".ax-token")].map(
+    (t) => t.className + t.textContent + getComputedStyle(t).backgroundImage),
+  caption: (root.querySelector(".ax-caption") || {}).textContent,
+})
+"""
+
+# Its state, its data, the strip's weights, whether every control has a label, and its width.
+EXPLORER_STATE_JS = """
+(root) => {
+  const column = root.closest(".md-content__inner") || root.parentElement;
+  return {
+    state: {...root.dataset},
+    data: JSON.parse(root.querySelector("script[type='application/json']").textContent),
+    strip: [...root.querySelectorAll(".ax-token .ax-weight")].map((w) => w.textContent),
+    focused: document.activeElement && document.activeElement.dataset.index,
+    unlabelled: [...root.querySelectorAll("select, input")].filter((el) => !el.labels.length)
+      .map((el) => el.id || el.type),
+    live: root.querySelectorAll(".ax-caption[aria-live]").length,
+    overflow: root.getBoundingClientRect().right - column.getBoundingClientRect().right,
+    pageWidth: document.documentElement.scrollWidth - window.innerWidth,
+  };
+}
+"""
+
 
 @dataclass
 class PageResult:
@@ -171,6 +207,88 @@ def page_paths(site: Path) -> list[str]:
             continue
         paths.append("" if rel == "." else rel + "/")
     return paths
+
+
+def softmax_row(info: dict) -> list[float | None]:
+    """The selected query's weights, from the embedded scores, as the explorer should draw them."""
+    state, data = info["state"], info["data"]
+    sentence = next(s for s in data["sentences"] if s["name"] == state["sentence"])
+    i, tau = int(state["query"]), float(state["temperature"])
+    row = sentence["scores"][int(state["layer"])][int(state["head"])][i]
+    window = data["window"]
+    hidden = [state["causal"] == "true" and (j > i or (window and i - j >= window))
+              for j in range(len(row))]  # fmt: skip
+    top = max(v / tau for v, h in zip(row, hidden, strict=True) if not h)
+    e = [0.0 if h else math.exp(v / tau - top) for v, h in zip(row, hidden, strict=True)]
+    return [None if h else v / sum(e) for v, h in zip(e, hidden, strict=True)]
+
+
+def check_explorers(page, result: PageResult) -> None:
+    """Drive every control of every attention explorer; each must change what is drawn."""
+    roots = page.locator("[data-attention-explorer]")
+    for k in range(roots.count()):
+        check_explorer(page, roots.nth(k), f"explorer {k + 1}", result)
+
+
+def check_explorer(page, root, name: str, result: PageResult) -> None:
+    if root.get_attribute("data-ready") is None or not root.locator(".ax-cell").count():
+        result.problems.append(f"{name}: not drawn (is javascripts/explorer.js loaded?)")
+        return
+
+    def changes(what: str, act) -> None:
+        before = root.evaluate(EXPLORER_DRAWN_JS)
+        act()
+        if root.evaluate(EXPLORER_DRAWN_JS) == before:
+            result.problems.append(f"{name}: {what} changed nothing")
+        info = root.evaluate(EXPLORER_STATE_JS)
+        drawn = [None if w == "\u2013" else float(w) for w in info["strip"]]
+        expected = softmax_row(info)
+        if len(drawn) != len(expected) or any(
+            (a is None) != (b is None) or (a is not None and abs(a - b) > 0.006)
+            for a, b in zip(drawn, expected, strict=False)
+        ):
+            result.problems.append(
+                f"{name}: after {what}, the strip shows {drawn[:6]}..., a softmax of the "
+                f"embedded scores gives {[b and round(b, 2) for b in expected[:6]]}..."
+            )
+
+    selects = root.locator("select")
+    for s in range(selects.count()):
+        select = selects.nth(s)
+        label = select.evaluate("(el) => el.labels[0].textContent")
+        options = select.locator("option").count()
+        if options > 1:
+            other = (int(select.input_value()) + 1) % options
+            changes(f"the {label} select", functools.partial(select.select_option, index=other))
+    changes("the mask checkbox", root.locator("input[type=checkbox]").click)
+    changes("the temperature slider", lambda: root.locator("input[type=range]").fill("-1"))
+    tokens = root.locator(".ax-token")
+    changes("hovering a token", tokens.nth(1).hover)
+    changes("focusing a token", tokens.nth(3).focus)
+    changes("ArrowRight", lambda: page.keyboard.press("ArrowRight"))
+    if root.evaluate(EXPLORER_STATE_JS)["focused"] != "4":
+        result.problems.append(f"{name}: ArrowRight did not move the focus to the next token")
+    page.keyboard.press("Enter")
+    page.mouse.move(0, 0)
+    page.evaluate("() => document.activeElement.blur()")
+    info = root.evaluate(EXPLORER_STATE_JS)
+    if info["state"]["query"] != "4":
+        result.problems.append(f"{name}: Enter did not pin the query (now {info['state']})")
+    if info["unlabelled"] or info["live"] != 1:
+        result.problems.append(
+            f"{name}: controls without a label {info['unlabelled']}, "
+            f"{info['live']} aria-live captions"
+        )
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        info = root.evaluate(EXPLORER_STATE_JS)
+        if info["overflow"] > 1 or info["pageWidth"] > 0:
+            result.problems.append(
+                f"{name}: wider than the column at {width} px by {info['overflow']:.0f} px "
+                f"(page {info['pageWidth']} px wider than the window)"
+            )
+    page.set_viewport_size({"width": 1280, "height": 900})
+    result.notes.append(f"{name}: controls driven")
 
 
 def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageResult:
@@ -229,6 +347,8 @@ def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageR
                 f"< 4.5 in {fig['name']!r}"
             )
     result.notes.append(f"{len(figures)} figures")
+
+    check_explorers(page, result)
 
     stamp = page.locator(".build-stamp")
     if stamp.count() != 1 or "torch" not in stamp.inner_text():
