@@ -1,6 +1,6 @@
 r"""The functional core: scores, masks, softmax and explicit attention as pure functions.
 
-Every stage of the derivation, and the production module's explicit path, computes
+Every chapter of the derivation, and the production module's explicit path, computes
 
 $$
 \operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}
@@ -31,12 +31,13 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from attention.checks import check_size, check_tensor
+from attention.checks import check_flag, check_size, check_tensor
 
 __all__ = [
     "attention_scores",
     "causal_mask",
     "explicit_attention",
+    "online_attention",
     "padding_to_attn_mask",
     "softmax_stable",
 ]
@@ -251,6 +252,92 @@ def explicit_attention(
     # Z = alpha V
     context_vec = attn_weights @ values  # (..., n_q, d_v)
     return context_vec, attn_weights
+
+
+def online_attention(
+    queries: Tensor, keys: Tensor, values: Tensor, *, block_size: int, causal: bool = False
+) -> Tensor:
+    r"""Attention over one block of keys at a time, with an online softmax, as fused kernels do.
+
+    FlashAttention never holds all the scores $s_j = q \cdot k_j / \sqrt{d_k}$ of a query. It
+    starts from $m = -\infty$, $\ell = 0$, $o = 0$ and, for each block of keys, updates a
+    running maximum $m$, a running sum $\ell$ and an unnormalised output $o$, rescaling the
+    old ones whenever the maximum grows:
+
+    $$
+    m' = \max(m, \max_j s_j), \qquad
+    \ell' = e^{m - m'} \ell + \sum_j e^{s_j - m'}, \qquad
+    o' = e^{m - m'} o + \sum_j e^{s_j - m'} v_j .
+    $$
+
+    After the last block, $\ell = \sum_j e^{s_j - m}$ over every key, and one division gives
+    the softmax-weighted average of the values:
+
+    $$
+    z = \frac{o}{\ell} = \sum_j \frac{e^{s_j - m}}{\sum_{j'} e^{s_{j'} - m}}\, v_j
+      = \sum_j \alpha_j v_j .
+    $$
+
+    A loop to read, not a kernel: the scores held at once are `(..., num_queries, block_size)`.
+
+    Args:
+        queries: $Q$, shape `(..., num_queries, d_k)`.
+        keys: $K$, shape `(..., num_keys, d_k)`, at least one key.
+        values: $V$, shape `(..., num_keys, d_v)`.
+        block_size: keys per block, at least 1.
+        causal: hide key $j$ from query $i$ when $j > i$ (as many queries as keys).
+
+    Returns:
+        $Z$, shape `(..., num_queries, d_v)`: the context vectors of
+        [`explicit_attention`][attention.core.explicit_attention], up to rounding.
+
+    Raises:
+        TypeError: not floating-point tensors of one dtype, or `causal` not a bool.
+        ValueError: shapes that do not fit together, no keys, or `block_size` below 1.
+
+    Examples:
+        >>> q, k, v = torch.randn(3, 2, 10, 4).unbind(0)  # (b, T, d) each
+        >>> z, _ = explicit_attention(q, k, v, mask=causal_mask(10))
+        >>> torch.allclose(online_attention(q, k, v, block_size=3, causal=True), z, atol=1e-6)
+        True
+    """
+    _check_online(queries, keys, values, block_size, causal)
+    num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+    q = queries / math.sqrt(keys.shape[-1])  # s_j = q . k_j / sqrt(d_k)
+    m = q.new_full((*q.shape[:-1], 1), -math.inf)  # running maximum: (..., n_q, 1)
+    ell = q.new_zeros((*q.shape[:-1], 1))  # running sum: (..., n_q, 1)
+    o = q.new_zeros((*q.shape[:-1], values.shape[-1]))  # unnormalised output: (..., n_q, d_v)
+    rows = torch.arange(num_queries, device=q.device)[:, None]  # query i: (n_q, 1)
+    for start in range(0, num_keys, block_size):
+        s = attention_scores(q, keys[..., start : start + block_size, :])  # (..., n_q, B)
+        if causal:  # hide key j from query i when j > i
+            cols = torch.arange(start, start + s.shape[-1], device=q.device)  # key j: (B,)
+            s = s.masked_fill(cols > rows, -math.inf)
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # m' = max(m, max_j s_j)
+        p = torch.exp(s - m_new)  # e^(s_j - m'): (..., n_q, B)
+        rescale = torch.exp(m - m_new)  # e^(m - m'): (..., n_q, 1)
+        ell = rescale * ell + p.sum(dim=-1, keepdim=True)  # l' = e^(m - m') l + sum_j e^(s_j - m')
+        o = rescale * o + p @ values[..., start : start + block_size, :]  # o' (..., n_q, d_v)
+        m = m_new
+    return o / ell  # z = o / l: the softmax's denominator, divided out once at the end
+
+
+def _check_online(
+    queries: Tensor, keys: Tensor, values: Tensor, block_size: int, causal: bool
+) -> None:
+    check_size("block_size", block_size)
+    check_flag("causal", causal)
+    check_tensor("queries", queries, floating=True)
+    check_tensor("keys", keys, like=queries)
+    if min(queries.ndim, keys.ndim) < 2 or keys.shape[-2] == 0:
+        raise ValueError(
+            "queries and keys must be (..., num_tokens, d_k), with at least one key: "
+            f"got queries {tuple(queries.shape)} and keys {tuple(keys.shape)}"
+        )
+    _check_values_and_mask(queries, keys, values, None)
+    num_queries, num_keys = queries.shape[-2], keys.shape[-2]
+    if causal and num_queries != num_keys:
+        raise ValueError(f"causal needs num_queries == num_keys, got {num_queries} and {num_keys}")
 
 
 def _check_values_and_mask(

@@ -83,6 +83,64 @@ def test_exercise_table_lists_every_notebook_with_its_title() -> None:
     files = sorted((ROOT / "docs/exercises").glob("*.py"))
     assert len(table.splitlines()) == 2 + len(files)
     assert (
-        "| `04_simplified` | [Exercise 4: simplified self-attention by hand](04_simplified.py) |"
+        "| `03_simplified` | [Exercise 3: simplified self-attention by hand](03_simplified.py) |"
         in table
     )
+
+
+def test_solution_cells_are_folded_with_their_output() -> None:
+    question = '<div class="jp-Cell jp-MarkdownCell"><div>6.1</div></div>'
+    solution = (  # mkdocs-jupyter's template nests the cell's div in one more
+        '<div class="jp-Cell jp-CodeCell celltag_solution">'
+        '<div id="cell-id=1" class="jp-Cell jp-CodeCell celltag_solution">'
+        '<div class="in"><div>code</div></div><div class="out">3</div></div></div>'
+    )
+    folded = notebooks.fold_solutions(question + solution + "<p>next</p>")
+    summary = '<details class="solution"><summary>Solution</summary>'
+    assert folded == question + summary + solution + "</details><p>next</p>"
+    assert notebooks.fold_solutions(question) == question
+
+
+def test_downloads_without_solutions_and_with_links_that_work_offline(tmp_path: Path) -> None:
+    import jupytext
+
+    source = ROOT / "docs/exercises/06_causal.py"
+    notebooks.write_downloads(source, tmp_path, site_url=None)
+    full = jupytext.read(tmp_path / "06_causal.ipynb")
+    blank = jupytext.read(tmp_path / "06_causal_no_solutions.ipynb")
+    solutions = [i for i, cell in enumerate(full.cells) if notebooks.is_solution(cell)]
+    assert len(solutions) == 3 and len(blank.cells) == len(full.cells)
+    for i, (cell, stub) in enumerate(zip(full.cells, blank.cells, strict=True)):
+        assert stub.source == ("# your code here" if i in solutions else cell.source)
+    text = (tmp_path / "06_causal.py").read_text(encoding="utf-8")
+    assert "](../" not in text and "# Chapter 6: *Causal attention*." in text
+    notebooks.write_downloads(source, tmp_path, site_url="https://example.org/attention/")
+    text = (tmp_path / "06_causal.py").read_text(encoding="utf-8")
+    assert "[Causal attention](https://example.org/attention/causal/)" in text
+
+
+@pytest.mark.parametrize(
+    ("src_uri", "markdown", "computed"),
+    [
+        ("maintainers.md", "# Maintainers\n\n| job |\n```bash\nnox -s docs\n```\n", False),
+        ("causal.md", '# Causal\n\n```python exec="1" source="block"\nprint(1)\n```\n', True),
+        ("production.md", '!!! note\n    ```python exec="1"\n    print(1)\n    ```\n', True),
+        ("index.md", "# attention\n\n<!-- pycon: README.md#quickstart -->\n", True),
+        ("exercises/06_causal.py", "", True),  # a notebook, executed by notebooks.py
+    ],
+)
+def test_footer_says_every_output_was_computed_only_where_a_page_computes(
+    hooks: ModuleType, monkeypatch: pytest.MonkeyPatch, src_uri: str, markdown: str, computed: bool
+) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(hooks, "run_pycon", lambda source, name: "```pycon\n```")
+    config: dict[str, str] = {}
+    hooks.on_config(config)
+    page = SimpleNamespace(meta={}, file=SimpleNamespace(src_uri=src_uri))
+    hooks.on_page_markdown(markdown, page, config, None)
+    hooks.on_page_context({}, page, config, None)
+    stamp = config["copyright"]
+    assert stamp.startswith('<span class="build-stamp">') and "torch" in stamp
+    assert ("Every output on this page was computed" in stamp) is computed
+    assert ("This page runs no code" in stamp) is not computed

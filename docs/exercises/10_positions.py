@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 10: rotary positions
 #
-# Chapter: [Positions](../positions.md). Every output below was computed while the site was
+# Chapter 10: [Positions](../positions.md). Every output below was computed while the site was
 # built; download the notebook (link above) to run and change it yourself.
 #
 # RoPE turns pair $i$ of a query or key at position $m$ by the angle $m\theta_i$,

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 11: grouped-query attention
 #
-# Chapter: [Grouped-query attention](../grouped-query.md). Every output below was computed
+# Chapter 11: [Grouped-query attention](../grouped-query.md). Every output below was computed
 # while the site was built; download the notebook (link above) to run and change it yourself.
 #
 # With $h$ query heads and $h_{kv}$ key/value heads, query head $i$ reads key/value head

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 12: sliding windows
 #
-# Chapter: [Sliding windows](../sliding-window.md). Every output below was computed while
+# Chapter 12: [Sliding windows](../sliding-window.md). Every output below was computed while
 # the site was built; download the notebook (link above) to run and change it yourself.
 #
 # With a window of $w$, query $i$ sees the keys $i - w < j \le i$.

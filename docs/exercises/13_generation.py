@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 13: generating with a cache
 #
-# Chapter: [Generating text](../generation.md). Every output below was computed while the site
+# Chapter 13: [Generating text](../generation.md). Every output below was computed while the site
 # was built; download the notebook (link above) to run and change it yourself.
 #
 # A causal layer's keys and values of earlier tokens never change, so a generating model keeps

@@ -3,8 +3,12 @@
 Each notebook is executed from the start of the build in a fresh kernel (its own process, one
 thread), one after another in the background while the chapters build; mkdocs-jupyter then
 renders the executed copy (`execute: false` in mkdocs.yml: it finds the outputs there). A cell
-that raises fails the build. Above each notebook's page go its downloads, the `.ipynb` (without
-outputs) and the `.py`; `<!-- exercises -->` in a page becomes the table of all of them.
+that raises fails the build. A code cell that starts with `# Solution` is a solution: on the
+page it is folded into a `<details>` under its question. Above each notebook's page go its
+downloads, all made from the one `.py`: the `.ipynb` (without outputs), the `.ipynb` with every
+solution replaced by `# your code here`, and the `.py`. `<!-- exercises -->` in a page becomes
+the table of all of them. Links to chapters (`[title](../page.md)`) point to the page on the
+site, and in the downloads to `site_url` (mkdocs.yml) or, without one, become the bare title.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
@@ -26,6 +31,17 @@ from mkdocs.structure.pages import Page
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
 _jobs: dict[str, Future[None]] = {}
+_CHAPTER_LINK = re.compile(
+    r"\[(?P<title>[^\]]+)\]\(\.\./(?P<path>[\w-]+\.md)(?P<anchor>#[\w-]+)?\)"
+)
+_SITE_LINK = re.compile(r'href="\.\./(?P<path>[\w-]+\.md)(?P<anchor>#[\w-]+)?"')
+_SOLUTION_CELL = re.compile(r'<div [^>]*class="jp-Cell [^"]*\bcelltag_solution\b[^"]*"[^>]*>')
+_DIV = re.compile(r"<(/?)div\b")
+
+
+def is_solution(cell: Any) -> bool:
+    """A solution: a code cell whose first line is `# Solution`."""
+    return bool(cell.cell_type == "code" and cell.source.startswith("# Solution"))
 
 
 def execute(source: str, target: str) -> None:
@@ -38,6 +54,9 @@ def execute(source: str, target: str) -> None:
 
     start = time.perf_counter()
     notebook = jupytext.read(source)
+    for cell in notebook.cells:  # rendered with the class celltag_solution: see fold_solutions
+        if is_solution(cell):
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "solution"]
     kernel = KernelManager(transport="ipc", ip=f"{target}.kernel")  # not TCP: no warning
     client = NotebookClient(notebook, km=kernel, timeout=600, allow_errors=False,
                             resources={"metadata": {"path": str(Path(source).parent)}})  # fmt: skip
@@ -99,21 +118,77 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     return markdown.replace("<!-- exercises -->", exercise_table(Path(config["docs_dir"])))
 
 
+def offline_links(text: str, site_url: str | None) -> str:
+    """Chapter links `[title](../page.md)` for a downloaded notebook, where a relative link leads
+    nowhere: to the page under `site_url` if there is one, else the title alone, in italics."""
+
+    def replace(link: re.Match[str]) -> str:
+        if not site_url:
+            return f"*{link['title']}*"
+        url = f"{site_url.rstrip('/')}/{link['path'].removesuffix('.md')}/{link['anchor'] or ''}"
+        return f"[{link['title']}]({url})"
+
+    return _CHAPTER_LINK.sub(replace, text)
+
+
+def write_downloads(source: Path, target: Path, site_url: str | None) -> None:
+    """`source`'s downloads in `target`: the `.py`, its `.ipynb`, and `NAME_no_solutions.ipynb`
+    (each solution cell's code replaced by `# your code here`); no outputs."""
+    import jupytext
+
+    text = offline_links(source.read_text(encoding="utf-8"), site_url)
+    (target / source.name).write_text(text, encoding="utf-8")
+    notebook = jupytext.reads(text, fmt="py:percent")
+    jupytext.write(notebook, target / f"{source.stem}.ipynb")
+    for cell in notebook.cells:
+        if is_solution(cell):
+            cell.source = "# your code here"
+    jupytext.write(notebook, target / f"{source.stem}_no_solutions.ipynb")
+
+
+def fold_solutions(html: str) -> str:
+    """Wrap each solution cell (`celltag_solution`: its code and output) in a closed `<details>`."""
+    parts, end = [], 0
+    for cell in _SOLUTION_CELL.finditer(html):
+        if cell.start() < end:  # the template nests a cell's div in another: folded already
+            continue
+        depth = 0
+        for tag in _DIV.finditer(html, cell.start()):  # the cell's own closing </div>
+            depth += -1 if tag[1] else 1
+            if depth == 0:
+                break
+        else:
+            raise PluginError(f"unbalanced <div> after the solution cell at offset {cell.start()}")
+        close = html.index(">", tag.end()) + 1
+        summary = '<details class="solution"><summary>Solution</summary>'
+        parts += [html[end : cell.start()], summary, html[cell.start() : close], "</details>"]
+        end = close
+    return "".join(parts) + html[end:]
+
+
 def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Above each exercise notebook: its downloads, written next to the page."""
+    """Exercise notebooks: solutions folded, chapter links resolved, downloads above the page."""
     if not _is_notebook(page.file.src_uri):
         return html
-    import jupytext
+
+    def site_link(link: re.Match[str]) -> str:
+        file = files.get_file_from_path(link["path"])
+        if file is None:  # a warning fails the strict build
+            log.warning("%s links to %s, which is not a page", page.file.src_uri, link["path"])
+            return link[0]
+        return f'href="{file.url_relative_to(page.file)}{link["anchor"] or ""}"'
 
     source = Path(config["docs_dir"]) / page.file.src_uri
     target = Path(page.file.abs_dest_path).parent
     target.mkdir(parents=True, exist_ok=True)
-    jupytext.write(jupytext.read(source), target / f"{source.stem}.ipynb")  # no outputs
-    shutil.copyfile(source, target / source.name)
+    write_downloads(source, target, config.get("site_url"))
+    stem, blank = source.stem, f"{source.stem}_no_solutions.ipynb"
     links = (
-        f'<p class="notebook-downloads">Download this exercise: '
-        f'<a href="{source.stem}.ipynb" download>{source.stem}.ipynb</a> (Jupyter) or '
+        f'<p class="notebook-downloads">Download this exercise: <a href="{blank}" download>'
+        f"{blank}</a> (Jupyter, the questions only), "
+        f'<a href="{stem}.ipynb" download>{stem}.ipynb</a> (with the solutions) or '
         f'<a href="{source.name}" download>{source.name}</a> (jupytext percent format). '
-        f"The outputs below were computed while the site was built.</p>"
+        f"The outputs below were computed while the site was built; each solution is folded "
+        f"under its question.</p>"
     )
-    return links + html
+    return links + fold_solutions(_SITE_LINK.sub(site_link, html))

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 9: multi-head attention
+# # Exercise 8: multi-head attention
 #
-# Chapter: [Multi-head attention](../multihead.md). Every output below was computed while
+# Chapter 8: [Multi-head attention](../multihead.md). Every output below was computed while
 # the site was built; download the notebook (link above) to run and change it yourself.
 #
 # $h$ heads of width $d_h$, each attending on its own, concatenated and projected:
@@ -22,7 +22,7 @@ inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
 batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
 
 # %% [markdown]
-# ## Exercise 9.1: from three heads to one fused module, by hand
+# ## Exercise 8.1: from three heads to one fused module, by hand
 #
 # Build `MultiHeadAttentionWrapper(d_in=3, d_out=2, context_length=6, dropout=0.0,
 # num_heads=3)` (seed 123). How wide is its output? Build the `MultiHeadAttention` that computes
@@ -64,7 +64,7 @@ with torch.no_grad():
 print(f"wrapper width {width} == MultiHeadAttention(d_out={width}, num_heads=3)")
 
 # %% [markdown]
-# ## Exercise 9.2: split and merge heads
+# ## Exercise 8.2: split and merge heads
 #
 # Write `split_heads(t, num_heads)` taking `(b, T, d_out)` to `(b, h, T, d_h)` and
 # `merge_heads(t)` doing the reverse. Check that `merge_heads(split_heads(t))` gives `t` back,
@@ -100,7 +100,7 @@ assert not torch.equal(wrong[:, 0], t[:, :, 0:4])
 print("split/merge round trip OK; view straight to (b, h, T, d_h) mixes tokens")
 
 # %% [markdown]
-# ## Exercise 9.3: look at every head
+# ## Exercise 8.3: look at every head
 #
 # Build `MultiHeadAttention(d_in=3, d_out=8, context_length=6, dropout=0.0, num_heads=4)`
 # (seed 123) and get its weights with `need_weights=True`. Check their shape, that every row

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 5: queries, keys and values
+# # Exercise 4: queries, keys and values
 #
-# Chapter: [Queries, keys and values](../qkv.md). Every output below was computed while
+# Chapter 4: [Queries, keys and values](../qkv.md). Every output below was computed while
 # the site was built; download the notebook (link above) to run and change it yourself.
 #
 # Self-attention with trainable weights projects each embedding three ways and attends with
@@ -25,7 +25,7 @@ inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 d_in, d_out = 3, 2
 
 # %% [markdown]
-# ## Exercise 5.1: `SelfAttentionV2` by hand
+# ## Exercise 4.1: `SelfAttentionV2` by hand
 #
 # Build `sa_v2 = SelfAttentionV2(d_in, d_out)` after `torch.manual_seed(789)`. Using only its
 # three `.weight` tensors, `@` and `torch.softmax`, compute $Z$ yourself and check that it
@@ -51,7 +51,7 @@ torch.testing.assert_close(context_vecs, sa_v2(inputs))
 context_vecs
 
 # %% [markdown]
-# ## Exercise 5.2: the transplant, the other way round
+# ## Exercise 4.2: the transplant, the other way round
 #
 # The chapter copies V2's weights into V1. Do the opposite: build `sa_v1` after
 # `torch.manual_seed(123)` and a fresh `sa_v2`, then copy V1's three matrices into V2's
@@ -72,7 +72,7 @@ torch.testing.assert_close(sa_v1(inputs), sa_v2(inputs))
 sa_v2(inputs)
 
 # %% [markdown]
-# ## Exercise 5.3: a value width of your own
+# ## Exercise 4.3: a value width of your own
 #
 # With three `nn.Linear` layers (no bias), project the inputs to queries and keys of width
 # $d_k = 2$ and to values of width $d_v = 4$, and attend with

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 8: dropout on the attention weights
+# # Exercise 7: dropout on the attention weights
 #
-# Chapter: [Dropout](../dropout.md). Every output below was computed while the site was
+# Chapter 7: [Dropout](../dropout.md). Every output below was computed while the site was
 # built; download the notebook (link above) to run and change it yourself.
 #
 # In training, each attention weight is kept with probability $1-p$ and rescaled:
@@ -35,7 +35,7 @@ mask = causal_mask(6)  # (6, 6)
 _, attn_weights = explicit_attention(queries, keys, values, mask)  # (6, 6)
 
 # %% [markdown]
-# ## Exercise 8.1: dropout by hand, matching `nn.Dropout` exactly
+# ## Exercise 7.1: dropout by hand, matching `nn.Dropout` exactly
 #
 # Write `my_dropout(x, p)` from the formula, drawing the mask with
 # `torch.empty_like(x).bernoulli_(1 - p)`. Under the same seed it should give exactly what
@@ -60,7 +60,7 @@ for p in (0.1, 0.5, 0.9):
 print(my_dropout(attn_weights, 0.5))
 
 # %% [markdown]
-# ## Exercise 8.2: what survives, on average
+# ## Exercise 7.2: what survives, on average
 #
 # For $p \in \{0.1, 0.3, 0.5, 0.7, 0.9\}$ apply `nn.Dropout(p)` to 20 000 copies of
 # `attn_weights` at once. Measure (a) the fraction of the non-zero weights that survive and
@@ -94,7 +94,7 @@ HTML(
 )
 
 # %% [markdown]
-# ## Exercise 8.3: the first token in training mode
+# ## Exercise 7.3: the first token in training mode
 #
 # "Your" can only attend to itself, with weight 1. In
 # `CausalAttention(3, 2, context_length=6, dropout=0.5)` in training mode, its context vector

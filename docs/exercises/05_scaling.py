@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 6: scaling by the square root of d_k
+# # Exercise 5: scaling the scores
 #
-# Chapter: [Scaling](../scaling.md). Every output below was computed while the site was
+# Chapter 5: [Scaling](../scaling.md). Every output below was computed while the site was
 # built; download the notebook (link above) to run and change it yourself.
 #
 # For a query and a key with independent, unit-variance components,
@@ -20,7 +20,7 @@ from attention.core import softmax_stable
 torch.manual_seed(123)
 
 # %% [markdown]
-# ## Exercise 6.1: the variance of a dot product
+# ## Exercise 5.1: the variance of a dot product
 #
 # Check $\operatorname{Var}[q \cdot k] = d_k$ with many random pairs (a fresh key for every
 # query) for $d_k = 16$ and $d_k = 256$, to within 5 %.
@@ -37,7 +37,7 @@ for d_k in (16, 256):
     assert abs(variance / d_k - 1) < 0.05
 
 # %% [markdown]
-# ## Exercise 6.2: why the Jacobian's rows sum to zero
+# ## Exercise 5.2: why the Jacobian's rows sum to zero
 #
 # Compute the Jacobian of the softmax with `torch.autograd.functional.jacobian` for some
 # scores, compare it with $\operatorname{diag}(\alpha) - \alpha\alpha^\top$, and check that
@@ -65,7 +65,7 @@ assert torch.allclose(softmax_stable(shifted), softmax_stable(omega))
 print("largest row sum of J:", f"{J.sum(dim=-1).abs().max():.1e}")
 
 # %% [markdown]
-# ## Exercise 6.3: too much scaling
+# ## Exercise 5.3: too much scaling
 #
 # Why $\sqrt{d_k}$ and not $d_k$? Divide random scores by $d_k$ instead, and compare the
 # largest attention weight (mean over queries, 16 keys) with the $\sqrt{d_k}$ version as

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 3: tokens to vectors
+# # Exercise 2: tokens to vectors
 #
-# Chapter: [Tokens to vectors](../tokens.md). Every output below was computed while the
+# Chapter 2: [Tokens to vectors](../tokens.md). Every output below was computed while the
 # site was built; download the notebook (link above) to run and change it yourself.
 #
 # Token ids become vectors by two table look-ups, one for the token and one for its position:
@@ -24,7 +24,7 @@ token_ids = tokenizer.encode(sample_text())  # n ids
 len(token_ids)
 
 # %% [markdown]
-# ## Exercise 3.1: how many windows?
+# ## Exercise 2.1: how many windows?
 #
 # Only full windows are kept. Work out how many (input, target) windows of `max_length`
 # tokens a stream of $n$ ids gives for a stride $s$ (each window needs `max_length + 1` ids:
@@ -47,7 +47,7 @@ for stride in (1, 3, 8, 20):
     print(f"stride {stride:>2}: {inputs.shape[0]} windows")
 
 # %% [markdown]
-# ## Exercise 3.2: one token, two positions
+# ## Exercise 2.2: one token, two positions
 #
 # Encode a sentence in which a word occurs twice, such as "I saw the cat and the dog", embed
 # it with `TokenAndPositionEmbedding`, and show that the two occurrences of the word share

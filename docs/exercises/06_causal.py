@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 7: causal attention
+# # Exercise 6: causal attention
 #
-# Chapter: [Causal attention](../causal.md). Every output below was computed while the site
+# Chapter 6: [Causal attention](../causal.md). Every output below was computed while the site
 # was built; download the notebook (link above) to run and change it yourself.
 #
 # Query $i$ may only attend to keys $j \le i$. With the mask $M$ written over the scaled scores,
@@ -27,7 +27,7 @@ inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
 
 # %% [markdown]
-# ## Exercise 7.1: two ways to mask, one result
+# ## Exercise 6.1: two ways to mask, one result
 #
 # After `torch.manual_seed(789)`, build `SelfAttentionV2(d_in=3, d_out=2)` and compute its
 # queries, keys and values. Compute the causal weights twice: (a) softmax first, then multiply
@@ -63,7 +63,7 @@ assert torch.equal(future, mask)
 HTML(svg(heatmap(weights_b, EXAMPLE_TOKENS, title="causal weights")))
 
 # %% [markdown]
-# ## Exercise 7.2: nothing flows backwards
+# ## Exercise 6.2: nothing flows backwards
 #
 # Take `ca = CausalAttention(d_in=3, d_out=2, context_length=6, dropout=0.0)` (seed 123). For
 # every position `i`, replace all tokens **after** `i` with random vectors and check that the
@@ -95,7 +95,7 @@ assert leaks_open == 5
 print(f"past changed: causal {leaks_causal} times, unmasked {leaks_open} times")
 
 # %% [markdown]
-# ## Exercise 7.3: one buffer, every length
+# ## Exercise 6.3: one buffer, every length
 #
 # `ca.mask` is built once for `context_length=6`. Run `ca` on the first `n` tokens for every
 # `n` from 1 to 6 and check (a) that the slice `ca.mask[:n, :n]` equals `causal_mask(n)` and

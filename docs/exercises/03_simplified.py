@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 4: simplified self-attention by hand
+# # Exercise 3: simplified self-attention by hand
 #
-# Chapter: [Simplified self-attention](../simplified.md). Every output below was computed
+# Chapter 3: [Simplified self-attention](../simplified.md). Every output below was computed
 # while the site was built; download the notebook (link above) to run and change it yourself.
 #
 # The running example, *"Your journey starts with one step"*, is six tokens embedded in three
@@ -23,7 +23,7 @@ assert inputs.shape == (6, 3)
 inputs
 
 # %% [markdown]
-# ## Exercise 4.1: one query, with loops
+# ## Exercise 3.1: one query, with loops
 #
 # For the query "starts" ($q = 3$ in the book's counting, row 2 here), compute the six
 # scores $\omega_{3i}$ with a Python loop over the tokens, normalise them with a softmax, and
@@ -43,11 +43,11 @@ assert attn_weights.shape == (6,) and context_vec.shape == (3,)
 attn_scores, attn_weights, context_vec
 
 # %% [markdown]
-# ## Exercise 4.2: all queries at once, as matrices
+# ## Exercise 3.2: all queries at once, as matrices
 #
 # Write the same computation for every query at once, $\Omega = X X^\top$,
 # $A = \operatorname{softmax}(\Omega)$ row by row, $Z = A X$, and check that row 2 of your
-# result is the context vector of exercise 4.1, and that both agree with
+# result is the context vector of exercise 3.1, and that both agree with
 # `attention.simple.simplified_self_attention`.
 
 # %%
@@ -64,7 +64,7 @@ torch.testing.assert_close(all_context_vecs, library_context_vecs)
 all_weights.sum(dim=-1)  # every row of weights sums to 1
 
 # %% [markdown]
-# ## Exercise 4.3: look at the weights
+# ## Exercise 3.3: look at the weights
 #
 # Draw $A$ as a heatmap with the tokens on both axes. Which key does each query attend to
 # most, and why do "journey" and "starts" attend to each other so strongly? (Hint: compare
