@@ -1,19 +1,23 @@
 """Self-attention derived step by step, from dot products to a fused multi-head module.
 
-The package reads bottom-up like the derivation:
+The package reads bottom-up like the derivation (chapter numbers are the site's):
 
 - [`attention.core`][attention.core]: scores, masks, stable softmax, explicit attention.
-- [`attention.simple`][attention.simple]: stage 1, no trainable weights.
-- [`attention.self_attention`][attention.self_attention]: stages 2-3, `SelfAttentionV1`, `V2`.
-- [`attention.causal`][attention.causal]: stage 4, `CausalAttention`.
-- [`attention.multihead`][attention.multihead]: stages 5-6, the wrapper and the production
+- [`attention.simple`][attention.simple]: chapter 3, no trainable weights.
+- [`attention.self_attention`][attention.self_attention]: chapter 4, `SelfAttentionV1`, `V2`.
+- [`attention.causal`][attention.causal]: chapters 6-7, `CausalAttention`.
+- [`attention.multihead`][attention.multihead]: chapters 8-9, the wrapper and the production
   `MultiHeadAttention`.
-- [`attention.text`][attention.text]: beside the stages, the input pipeline: the offline GPT-2
+- [`attention.text`][attention.text]: chapter 2, the input pipeline: the offline GPT-2
   tokenizer, sliding-window batches, token + position embeddings.
-- [`attention.rnn`][attention.rnn] and [`attention.copy_task`][attention.copy_task]: before the
-  stages, why attention: a GRU encoder-decoder with and without Bahdanau attention, and the
+- [`attention.rnn`][attention.rnn] and [`attention.copy_task`][attention.copy_task]: chapter 1,
+  why attention: a GRU encoder-decoder with and without Bahdanau attention, and the
   experiment that compares them.
 - [`attention.plot`][attention.plot]: every figure of the site.
+- [`attention.diagrams`][attention.diagrams]: its box-and-arrow diagrams, drawn from the real
+  shapes.
+- [`attention.heads`][attention.heads]: chapter 14, what trained heads do: every head's
+  scores and weights, previous-token and induction scores, a small GPT trained to form them.
 - [`attention.testing`][attention.testing]: what the tests and the pages share.
 
 This module only re-exports.

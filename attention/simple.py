@@ -1,4 +1,4 @@
-r"""Stage 1: simplified self-attention, with no trainable weights.
+r"""Chapter 3: simplified self-attention, with no trainable weights.
 
 Each token's embedding $x^{(i)}$ is at once its query, its key and its value. For the query
 $x^{(q)}$ the attention scores are dot products $\omega_i = x^{(q)} \cdot x^{(i)}$, the weights
@@ -62,7 +62,7 @@ def example_inputs() -> Tensor:
 
 
 def _check_tokens(inputs: Tensor) -> None:
-    """Stage 1 works on one sequence: `(num_tokens, d_in)` floats."""
+    """Simplified self-attention works on one sequence: `(num_tokens, d_in)` floats."""
     if not isinstance(inputs, Tensor) or inputs.ndim != 2 or not inputs.is_floating_point():
         got = (
             f"a {inputs.ndim}-d {inputs.dtype} tensor of shape {tuple(inputs.shape)}"
@@ -264,7 +264,7 @@ def context_vectors(inputs: Tensor, attn_weights: Tensor) -> Tensor:
 
 
 def simplified_self_attention(inputs: Tensor) -> tuple[Tensor, Tensor]:
-    r"""The whole stage in one call: $Z = \operatorname{softmax}(X X^\top) X$.
+    r"""The whole of chapter 3 in one call: $Z = \operatorname{softmax}(X X^\top) X$.
 
     No scaling, no mask, no trainable weights: every token is its own query, key and value.
 

@@ -27,8 +27,7 @@ Examples:
     >>> ids = text_to_token_ids("Your journey starts with one step", enc)  # (1, 6)
     >>> ids
     tensor([[7120, 7002, 4940,  351,  530, 2239]])
-    >>> torch.manual_seed(123)  # doctest: +ELLIPSIS
-    <torch._C.Generator object at ...>
+    >>> _ = torch.manual_seed(123)
     >>> embedding = TokenAndPositionEmbedding(GPT2_VOCAB_SIZE, context_length=4, d_in=3)
     >>> inputs, targets = sliding_windows(ids[0], max_length=4, stride=1)
     >>> inputs  # (num_windows, max_length)
@@ -423,8 +422,7 @@ class TokenAndPositionEmbedding(nn.Module):
         pos_emb: `nn.Embedding(context_length, d_in)`, $E_{\text{pos}}$; created second.
 
     Examples:
-        >>> torch.manual_seed(123)  # doctest: +ELLIPSIS
-        <torch._C.Generator object at ...>
+        >>> _ = torch.manual_seed(123)
         >>> embedding = TokenAndPositionEmbedding(GPT2_VOCAB_SIZE, context_length=4, d_in=256)
         >>> token_ids = torch.tensor([[40, 367, 2885, 1464], [1807, 3619, 402, 271]])
         >>> embedding(token_ids).shape  # (batch, num_tokens) -> (batch, num_tokens, d_in)
