@@ -20,7 +20,7 @@ returns $\alpha$. Two numbers say what a head does with them:
   *induction head* of Olsson et al. (2022), which lets a model continue a sequence it has seen.
 
 [`train_induction`][attention.heads.train_induction] trains a small GPT on random tokens
-repeated twice, the task on which such heads form, in seconds on a CPU.
+repeated twice, the task on which such heads form, in tens of seconds on a CPU.
 
 Examples:
     >>> _ = torch.manual_seed(0)
