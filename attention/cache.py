@@ -1,16 +1,22 @@
 r"""The key/value cache: what one attention layer keeps of the tokens it has seen.
 
 A model generates one token at a time. Token $t$'s query must meet the keys and values of
-tokens $0 \dots t$; those of tokens $0 \dots t - 1$ were computed at the steps before and do
-not change (a causal layer's keys depend only on the past), so they are kept instead of
-recomputed. The cache is allocated once, `(batch, h_kv, max_tokens, head_dim)` for keys and
-for values, and filled in place: a prompt in one call or in chunks (*prefill*), then one token
-per call (*decode*).
+the tokens it sees; those of earlier tokens were computed at the steps before and do not
+change (a causal layer's keys depend only on the past), so they are kept instead of
+recomputed. The cache only **stores**: [`update`][attention.cache.KVCache.update] writes a
+chunk's keys and values and returns everything the chunk may attend to, with the keys'
+positions; which of them each query sees is the layer's rule
+([`attention.visibility`][attention.visibility]), applied by the attention.
 
-A chunk of $T$ new tokens arriving after $L$ cached ones has queries at positions
-$L \dots L + T - 1$ and meets keys $0 \dots L + T - 1$: its causal mask is aligned to the
-bottom right, query $i$ seeing key $j$ when $j \le L + i$
-([`chunk_mask`][attention.cache.chunk_mask]).
+Two layouts, chosen from the layer's window:
+
+- **linear**: slot $p$ holds position $p$; `(batch, h_kv, max_tokens, head_dim)`, filled in
+  place, for layers that see every earlier token;
+- **ring buffer**, for a layer with a window $w$ (and $k$ sinks): a query never sees more
+  than the last $w$ positions and the first $k$, so only $w + k$ slots are kept. Position
+  $p$ goes to slot $p$ if $p < k$, else to slot $k + (p - k) \bmod w$, overwriting a
+  position no later query can see. Its memory is the window's, however long the sequence,
+  and a decode step reads only the window.
 
 Examples:
     >>> from attention import MultiHeadAttention
@@ -20,77 +26,98 @@ Examples:
     >>> prefill = mha(x[:, :4], cache=cache)  # tokens 0..3
     >>> step = mha(x[:, 4:5], cache=cache)  # token 4, attending to 0..4
     >>> cache
-    KVCache(batch_size=1, length=5, max_tokens=16, num_kv_heads=2, head_dim=4)
+    KVCache(batch_size=1, length=5, slots=16, num_kv_heads=2, head_dim=4)
     >>> torch.allclose(step, mha(x[:, :5])[:, 4:], atol=1e-6)  # as if recomputed
     True
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from attention.checks import check_size, check_tensor
+from attention.checks import check_size
 
-if TYPE_CHECKING:
-    from attention.multihead import MultiHeadAttention
-
-__all__ = ["KVCache", "attend_cached", "chunk_mask"]
+__all__ = ["KVCache"]
 
 
 class KVCache:
     """Keys and values of the tokens seen so far, for one attention layer.
 
     Made by [`MultiHeadAttention.init_cache`][attention.multihead.MultiHeadAttention.init_cache]
-    on the module's device and dtype, with `num_kv_heads` heads: grouped-query attention
-    shrinks it by `num_heads / num_kv_heads`.
+    on the module's device and dtype, with `num_kv_heads` heads (grouped-query attention
+    shrinks it by `num_heads / num_kv_heads`) and, for a windowed layer, as a ring buffer of
+    `window + sinks` slots.
 
     Args:
         batch_size: sequences generated together.
-        max_tokens: the most tokens it holds, prompt included.
+        max_tokens: the most tokens it takes, prompt included; None for no limit (a ring
+            buffer only).
         num_kv_heads: key/value heads.
         head_dim: width of each head.
+        window: the layer's window: keep only what its queries can see.
+        sinks: the layer's attention sinks (kept for good, with a window).
         device: where to allocate it.
         dtype: the keys' and values' dtype.
 
     Attributes:
-        keys: `(batch_size, num_kv_heads, max_tokens, head_dim)`, filled up to `length`.
+        keys: `(batch_size, num_kv_heads, slots, head_dim)`.
         values: the same shape.
-        padding: `(batch_size, max_tokens)` bool, True where a cached token is padding.
-        length: how many tokens it holds.
+        positions: `(slots,)` int64, the position each slot holds (-1: empty); None for a
+            linear cache, whose slot $p$ holds position $p$.
+        segments: `(batch_size, slots)` int64 segment per slot (document id, -1 for
+            padding), or None while every token stored is one real segment.
+        length: how many tokens it has taken: the next token's position.
+
+    Raises:
+        TypeError: a size that is not an int.
+        ValueError: a size below 1, or no `max_tokens` without a window.
     """
 
     def __init__(
         self,
         batch_size: int,
-        max_tokens: int,
+        max_tokens: int | None,
         num_kv_heads: int,
         head_dim: int,
         *,
+        window: int | None = None,
+        sinks: int = 0,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        for name, value in (
-            ("batch_size", batch_size), ("max_tokens", max_tokens),
-            ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-        ):  # fmt: skip
+        for name, value in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
+                            ("head_dim", head_dim)):  # fmt: skip
             check_size(name, value)
-        shape = (batch_size, num_kv_heads, max_tokens, head_dim)
+        check_size("sinks", sinks, minimum=0)
+        if window is not None:
+            check_size("window", window)
+        if max_tokens is None and window is None:
+            raise ValueError("max_tokens=None (no limit) needs a window: a ring buffer")
+        if max_tokens is not None:
+            check_size("max_tokens", max_tokens)
+        span = None if window is None else window + sinks
+        self.ring = span is not None and (max_tokens is None or max_tokens > span)
+        slots = span if self.ring else max_tokens
+        assert slots is not None
+        self.max_tokens = max_tokens
+        self.window, self.sinks = window, sinks
+        shape = (batch_size, num_kv_heads, slots, head_dim)
         self.keys = torch.zeros(shape, device=device, dtype=dtype)
         self.values = torch.zeros(shape, device=device, dtype=dtype)
-        self.padding = torch.zeros(batch_size, max_tokens, dtype=torch.bool, device=device)
+        self.positions = (
+            torch.full((slots,), -1, dtype=torch.long, device=device) if self.ring else None
+        )
+        self.segments: Tensor | None = None
         self.length = 0
-        self.padded = False  # whether any cached token is padding
 
     @property
     def batch_size(self) -> int:
         return self.keys.shape[0]
 
     @property
-    def max_tokens(self) -> int:
+    def slots(self) -> int:
+        """Tokens it holds at once: `max_tokens`, or the window and sinks of a ring buffer."""
         return self.keys.shape[2]
 
     @property
@@ -101,142 +128,122 @@ class KVCache:
     def reset(self) -> None:
         """Forget every token (the memory stays allocated)."""
         self.length = 0
-        self.padded = False
+        self.segments = None
+        if self.positions is not None:
+            self.positions.fill_(-1)
 
-    def append(
-        self, keys: Tensor, values: Tensor, key_padding_mask: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Write a chunk's keys and values after the cached ones; return all of them.
+    def update(
+        self, keys: Tensor, values: Tensor, segments: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Store a chunk's keys and values; return every key and value the chunk may need.
+
+        The chunk's tokens take positions `length ... length + T - 1`. Inner method: the
+        module checked the chunk against the cache (`MultiHeadAttention.forward`).
 
         Args:
-            keys: the chunk's keys, `(batch_size, num_kv_heads, T, head_dim)`.
+            keys: the chunk's keys (already rotated, with RoPE), `(batch, h_kv, T, head_dim)`.
             values: likewise.
-            key_padding_mask: the chunk's padding, `(batch_size, T)`, or None.
+            segments: the chunk's segments, `(batch, T)`, or None (one real segment).
 
         Returns:
-            `(keys, values, padding)` of every cached token, `(batch, h_kv, length, d_h)`
-            views, and `(batch, length)` (None when no cached token is padding).
-
-        Raises:
-            ValueError: another batch size or head shape, or more tokens than fit.
+            `(keys, values, positions, segments)`: `(batch, h_kv, S, head_dim)` each, the
+            keys' positions `(S,)` (None when they are `0 ... S - 1` in order) and their
+            segments `(batch, S)` or None.
         """
-        check_tensor("keys", keys, ndim=4, like=self.keys)
-        check_tensor("values", values, ndim=4, like=self.keys)
-        b, h_kv, num_tokens, d_h = keys.shape
-        if b != self.batch_size:
-            raise ValueError(
-                f"the cache was made for batch_size={self.batch_size}, got a batch of {b}"
+        start, num_tokens = self.length, keys.shape[2]
+        if segments is not None and self.segments is None:  # the first chunk with segments
+            self.segments = torch.zeros(self.keys.shape[0], self.slots, dtype=torch.long,
+                                        device=self.keys.device)  # fmt: skip
+        if not self.ring:
+            end = start + num_tokens
+            self._write(slice(start, end), keys, values, segments)
+            self.length = end
+            seg = None if self.segments is None else self.segments[:, :end]
+            return self.keys[:, :, :end], self.values[:, :, :end], None, seg
+        if num_tokens == 1:  # decode: write first, then the ring holds exactly the window
+            slot = self._slot(start)
+            self._write(slice(slot, slot + 1), keys, values, segments)
+            assert self.positions is not None
+            self.positions[slot] = start
+            used = min(start + 1, self.slots)
+            self.length = start + 1
+            seg = None if self.segments is None else self.segments[:, :used]
+            return (self.keys[:, :, :used], self.values[:, :, :used], self.positions[:used],
+                    seg)  # fmt: skip
+        return self._update_chunk(keys, values, segments)
+
+    def _update_chunk(
+        self, keys: Tensor, values: Tensor, segments: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """A ring buffer's chunk: the stored window and the chunk together, then keep the rest."""
+        assert self.positions is not None and self.window is not None
+        start, num_tokens = self.length, keys.shape[2]
+        end, used = start + num_tokens, min(start, self.slots)
+        device = keys.device
+        if start == 0:
+            out: tuple[Tensor, Tensor, Tensor | None, Tensor | None] = (
+                keys, values, None, segments)  # fmt: skip
+        else:
+            seg = None
+            if self.segments is not None:
+                new = segments if segments is not None else self.segments.new_zeros(
+                    keys.shape[0], num_tokens)  # fmt: skip
+                seg = torch.cat((self.segments[:, :used], new), dim=1)
+            out = (
+                torch.cat((self.keys[:, :, :used], keys), dim=2),  # (b, h_kv, S + T, d_h)
+                torch.cat((self.values[:, :, :used], values), dim=2),
+                torch.cat((self.positions[:used], torch.arange(start, end, device=device))),
+                seg,
             )
-        if (h_kv, d_h) != self.keys.shape[1::2] or values.shape != keys.shape:
-            raise ValueError(
-                f"keys and values must be (batch, {self.keys.shape[1]}, T, {self.keys.shape[3]})"
-                f", got {tuple(keys.shape)} and {tuple(values.shape)}"
-            )
-        end = self.length + num_tokens
-        if end > self.max_tokens:
-            raise ValueError(
-                f"the cache holds {self.length} of max_tokens={self.max_tokens} tokens: "
-                f"{num_tokens} more do not fit (reset it, or make a larger one)"
-            )
-        self.keys[:, :, self.length : end] = keys
-        self.values[:, :, self.length : end] = values
-        self.padding[:, self.length : end] = False if key_padding_mask is None else key_padding_mask
-        self.padded |= key_padding_mask is not None and bool(key_padding_mask.any())
+        # keep what a later query can see: the sinks and the last `window` positions
+        sinks = range(start, min(end, self.sinks))
+        recent = range(max(start, end - self.window, self.sinks), end)
+        keep = torch.tensor([*sinks, *recent], dtype=torch.long, device=device)
+        local = keep - start
+        slots = torch.where(keep < self.sinks, keep,
+                            self.sinks + (keep - self.sinks) % self.window)  # fmt: skip
+        self._write(slots, keys.index_select(2, local), values.index_select(2, local),
+                    None if segments is None else segments.index_select(1, local))  # fmt: skip
+        self.positions[slots] = keep
         self.length = end
-        padding = self.padding[:, :end] if self.padded else None
-        return self.keys[:, :, :end], self.values[:, :, :end], padding
+        return out
+
+    def _slot(self, position: int) -> int:
+        assert self.window is not None
+        if position < self.sinks:
+            return position
+        return self.sinks + (position - self.sinks) % self.window
+
+    def _write(
+        self, index: slice | Tensor, keys: Tensor, values: Tensor, segments: Tensor | None
+    ) -> None:
+        """Write in place; out of place while autograd tracks the chunk, so a backward
+        through several chunks finds each earlier chunk's keys unchanged (as a list of
+        tensors, Hugging Face's dynamic cache, would)."""
+        tracked = torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad
+                                               or self.keys.requires_grad)  # fmt: skip
+        self.keys = _store(self.keys, index, keys, dim=2, in_place=not tracked)
+        self.values = _store(self.values, index, values, dim=2, in_place=not tracked)
+        if self.segments is not None:
+            new = segments if segments is not None else torch.zeros(
+                keys.shape[0], keys.shape[2], dtype=torch.long, device=keys.device)  # fmt: skip
+            self.segments = _store(self.segments, index, new, dim=1, in_place=True)
 
     def __repr__(self) -> str:
-        b, h_kv, max_tokens, d_h = self.keys.shape
+        b, h_kv, slots, d_h = self.keys.shape
+        ring = f", window={self.window}, sinks={self.sinks}" if self.ring else ""
         return (
-            f"KVCache(batch_size={b}, length={self.length}, max_tokens={max_tokens}, "
-            f"num_kv_heads={h_kv}, head_dim={d_h})"
+            f"KVCache(batch_size={b}, length={self.length}, slots={slots}, "
+            f"num_kv_heads={h_kv}, head_dim={d_h}{ring})"
         )
 
 
-def chunk_mask(
-    start: int,
-    num_tokens: int,
-    *,
-    window: int | None = None,
-    padding: Tensor | None = None,
-    device: torch.device | str | None = None,
-) -> Tensor | None:
-    r"""The mask of a chunk of queries at positions `start ...` against every cached key.
-
-    Query $i$ (position $L + i$, $L$ = `start`) is hidden from key $j$ when $j > L + i$ (the
-    future), $j \le L + i - w$ (beyond the window), or key $j$ is padding; a padded query's
-    whole row is hidden (it attends to nothing). True = hidden.
-
-    Args:
-        start: $L$, the tokens cached before the chunk.
-        num_tokens: $T$, the chunk's tokens.
-        window: the tokens each query sees, itself included.
-        padding: `(batch, L + T)` bool, True where a token is padding, or None.
-        device: where to build it.
-
-    Returns:
-        None when nothing is hidden (one new token, no window in reach, no padding); else
-        `(T, L + T)`, or `(batch, 1, T, L + T)` with padding.
-
-    Examples:
-        >>> chunk_mask(3, 2)  # queries at 3 and 4 over keys 0..4: the bottom-right triangle
-        tensor([[False, False, False, False,  True],
-                [False, False, False, False, False]])
-        >>> chunk_mask(3, 1) is None  # one new token sees every cached one
-        True
-    """
-    total = start + num_tokens
-    rows = torch.arange(start, total, device=device)[:, None]  # positions of the queries
-    cols = torch.arange(total, device=device)[None, :]  # positions of the keys
-    hidden = cols > rows  # the future: (T, L + T)
-    if window is not None:
-        hidden |= cols <= rows - window
-    if padding is not None:  # padded keys, and every key of a padded query
-        hidden = hidden | padding[:, None, None, :] | padding[:, None, start:, None]
-    elif not bool(hidden.any()):
-        return None
-    return hidden
-
-
-def attend_cached(
-    mha: MultiHeadAttention,
-    x: Tensor,
-    key_padding_mask: Tensor | None,
-    need_weights: bool,
-    cache: KVCache,
-) -> Tensor | tuple[Tensor, Tensor]:
-    """`MultiHeadAttention.forward` with a cache: the chunk `x` attends to every cached token.
-
-    Appends the chunk's keys and values first; RoPE positions start at the cache's length.
-    `x` arrives checked, its padded positions zeroed.
-    """
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache (from init_cache), got {type(cache).__name__}")
-    b, num_tokens, _ = x.shape
-    start = cache.length  # the chunk's first position
-    queries = mha._split_heads(mha.W_query(x), mha.num_heads)  # (b, h, T, d_h)
-    keys = mha._split_heads(mha.W_key(x), mha.num_kv_heads)  # (b, h_kv, T, d_h)
-    values = mha._split_heads(mha.W_value(x), mha.num_kv_heads)  # (b, h_kv, T, d_h)
-    queries, keys = mha._rotate(queries, keys, start=start)
-    # every token so far: (b, h_kv, L + T, d_h) each, and their padding (b, L + T) or None
-    keys, values, padding = cache.append(keys, values, key_padding_mask)
-    mask = chunk_mask(start, num_tokens, window=mha.window, padding=padding,
-                      device=queries.device)  # None | (T, L+T) | (b, 1, T, L+T)  # fmt: skip
-    attn_weights = None
-    if need_weights:
-        context_vec, attn_weights = mha._explicit(queries, keys, values, mask)
-    else:
-        if mask is not None and padding is not None:  # padded queries: any row, zeroed
-            mask = mask & ~padding[:, None, start:, None]
-        context_vec = F.scaled_dot_product_attention(
-            queries, keys, values,
-            attn_mask=None if mask is None else mask.logical_not(),
-            dropout_p=mha.dropout.p if mha.training else 0.0,
-            enable_gqa=mha.num_kv_heads != mha.num_heads,
-        )  # fmt: skip
-        if key_padding_mask is not None:
-            context_vec = context_vec.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-    context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, mha.d_out)
-    out: Tensor = mha.out_proj(context_vec)  # (b, T, d_out)
-    return (out, attn_weights) if attn_weights is not None else out
+def _store(old: Tensor, index: slice | Tensor, new: Tensor, dim: int, in_place: bool) -> Tensor:
+    if isinstance(index, slice):
+        if in_place:
+            old.narrow(dim, index.start, index.stop - index.start).copy_(new)
+            return old
+        return old.slice_scatter(new, dim=dim, start=index.start, end=index.stop)
+    if in_place:
+        return old.index_copy_(dim, index, new)
+    return old.index_copy(dim, index, new)

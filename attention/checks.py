@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 __all__ = [
     "check_dropout",
@@ -21,7 +21,6 @@ __all__ = [
     "check_padding_mask",
     "check_size",
     "check_tensor",
-    "drop_book_mask",
 ]
 
 
@@ -326,42 +325,3 @@ def check_padding_mask(
             f"key_padding_mask must be on the input's device {device}, got {mask.device}"
         )
     return mask
-
-
-def drop_book_mask(
-    module: nn.Module,
-    state_dict: dict[str, Tensor],
-    prefix: str,
-    *args: object,
-) -> None:
-    """A load hook: accept a book checkpoint's `mask` buffer, after checking it is causal.
-
-    The book's class stores `triu(ones(context_length, context_length), 1)` (float in the
-    book's chapter, bool in later versions); this module computes the mask instead, so the
-    entry is checked and dropped. Any other mask would change what the module computes, and
-    is refused rather than silently ignored.
-    """
-    from attention.core import causal_mask  # core imports this module
-
-    key = prefix + "mask"
-    if key not in state_dict:
-        return
-    mask = state_dict.pop(key)
-    causal = getattr(module, "causal", True)
-    if not isinstance(mask, Tensor) or mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
-        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"the state_dict's {key!r} must be a square (n, n) tensor, got {shape}")
-    if mask.device.type != "meta" and not torch.equal(
-        mask.bool(), causal_mask(mask.shape[0], device=mask.device)
-    ):
-        raise ValueError(
-            f"the state_dict's {key!r} is not the causal mask triu(ones(n, n), diagonal=1) "
-            "that a book checkpoint holds: MultiHeadAttention computes its mask (causal or "
-            "none, by `causal`) and cannot load another"
-        )
-    if not causal:
-        raise ValueError(
-            f"the state_dict's {key!r} is a causal mask, but this module has causal=False: "
-            "load it into a causal module, or delete the entry to reuse the weights "
-            "without the mask"
-        )

@@ -32,13 +32,13 @@ import torch
 from torch import Tensor
 
 from attention.checks import check_flag, check_size, check_tensor
+from attention.visibility import Visibility
 
 __all__ = [
     "attention_scores",
     "causal_mask",
     "explicit_attention",
     "online_attention",
-    "padding_to_attn_mask",
     "softmax_stable",
 ]
 
@@ -152,38 +152,9 @@ def causal_mask(
                 [ True, False, False]])
     """
     check_size("num_tokens", num_tokens, minimum=0)
-    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device)
-    mask = torch.triu(ones, diagonal=1)  # j > i: the future
-    if window is not None:
-        check_size("window", window)
-        mask |= torch.tril(ones, diagonal=-window)  # j <= i - window: too far back
-    return mask
-
-
-def padding_to_attn_mask(key_padding_mask: Tensor) -> Tensor:
-    """Broadcast a `(batch, num_keys)` padding mask over heads and queries.
-
-    Args:
-        key_padding_mask: bool, shape `(batch, num_keys)`, True marks padding.
-
-    Returns:
-        Bool tensor of shape `(batch, 1, 1, num_keys)`, ready to be or-ed with a causal mask of
-        shape `(num_queries, num_keys)`.
-
-    Raises:
-        TypeError: not a bool tensor.
-        ValueError: not 2-d.
-
-    Examples:
-        >>> padding_to_attn_mask(torch.tensor([[False, True]])).shape
-        torch.Size([1, 1, 1, 2])
-    """
-    check_tensor("key_padding_mask", key_padding_mask, ndim=2)
-    if key_padding_mask.dtype != torch.bool:
-        raise TypeError(
-            f"key_padding_mask must be a bool tensor, got dtype {key_padding_mask.dtype}"
-        )
-    return key_padding_mask[:, None, None, :]
+    positions = torch.arange(num_tokens, device=device)
+    rule = Visibility(causal=True, window=window)  # attention.visibility: the one definition
+    return ~rule(positions[:, None], positions[None, :])  # True = hidden: j > i, j <= i - w
 
 
 def explicit_attention(
@@ -192,6 +163,7 @@ def explicit_attention(
     values: Tensor,
     mask: Tensor | None = None,
     dropout: Callable[[Tensor], Tensor] | None = None,
+    sink_logits: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Scaled dot-product attention written out step by step; returns the weights too.
 
@@ -214,6 +186,10 @@ def explicit_attention(
         dropout: applied to the weights right after the softmax: a module's `nn.Dropout`,
             which zeroes each weight with probability $p$ and scales the rest by $1/(1-p)$ in
             training mode, and does nothing in eval mode.
+        sink_logits: optional logits $s$ of an *attention sink* (gpt-oss), broadcastable to
+            `(..., num_queries, 1)`: one more term in each softmax, for a key that is always
+            visible and has a zero value, $\alpha_{ij} = e^{\omega_{ij}} / (e^{s} +
+            \sum_{j'} e^{\omega_{ij'}})$; the rows then sum to less than 1.
 
     Returns:
         `(context_vec, attn_weights)` of shapes `(..., num_queries, d_v)` and
@@ -243,7 +219,13 @@ def explicit_attention(
         attn_scores = attn_scores.masked_fill(mask & ~fully_masked, float("-inf"))
     # alpha = softmax(omega / sqrt(d_k) + M), each row sums to 1; the sums of exponentials are
     # accumulated in float32 even for float16/bfloat16 scores, as the fused kernels do
-    attn_weights = torch.softmax(attn_scores, dim=-1, dtype=_softmax_dtype(attn_scores.dtype))
+    softmax_dtype = _softmax_dtype(attn_scores.dtype)
+    if sink_logits is None:
+        attn_weights = torch.softmax(attn_scores, dim=-1, dtype=softmax_dtype)
+    else:  # the sink's column joins the softmax, then leaves: (..., n_q, n_k + 1) -> n_k
+        sink = sink_logits.to(attn_scores.dtype).expand(*attn_scores.shape[:-1], 1)
+        with_sink = torch.cat((attn_scores, sink), dim=-1)
+        attn_weights = torch.softmax(with_sink, dim=-1, dtype=softmax_dtype)[..., :-1]
     attn_weights = attn_weights.to(attn_scores.dtype)  # (..., n_q, n_k)
     if fully_masked is not None:
         attn_weights = attn_weights.masked_fill(fully_masked, 0.0)

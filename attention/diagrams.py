@@ -242,7 +242,7 @@ def causal_mask(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
     Args:
         mask: bool `(num_queries, num_keys)`, True = hidden, as
             [`attention.core.causal_mask`][attention.core.causal_mask] or
-            [`chunk_mask`][attention.cache.chunk_mask] return it; at most 16 keys.
+            [`chunk_mask`][attention.visibility.chunk_mask] return it; at most 16 keys.
         tokens: one label per key; the queries are the last `num_queries` of them (a chunk's
             queries are the newest tokens). Default: the positions `0, 1, ...`.
 
@@ -318,8 +318,7 @@ def split_heads(mha: MultiHeadAttention, x: Tensor) -> Figure:
         out, weights = mha(x, need_weights=True)  # checks x
         queries = mha.W_query(x)  # (b, T, d_out)
         viewed = queries.view(*queries.shape[:2], mha.num_heads, mha.head_dim)  # (b, T, h, d_h)
-        split = mha._split_heads(queries, mha.num_heads)  # (b, h, T, d_h), as forward does
-        values = mha._split_heads(mha.W_value(x), mha.num_kv_heads)  # (b, h_kv, T, d_h)
+        split, _, values = mha.project(x)  # (b, h, T, d_h), (b, h_kv, T, d_h): as forward does
         context = weights @ values.repeat_interleave(mha.num_heads // mha.num_kv_heads, dim=1)
         joined = context.transpose(1, 2)  # (b, T, h, d_h)
         merged = joined.reshape(*joined.shape[:2], -1)  # (b, T, d_out)

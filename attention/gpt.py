@@ -68,7 +68,7 @@ GPT_CONFIG_124M: dict[str, Any] = {
 
 _REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate",
              "qkv_bias")  # fmt: skip
-_OPTIONAL = ("n_kv_heads", "rope_base", "window")
+_OPTIONAL = ("n_kv_heads", "rope_base", "window", "sinks")
 
 
 def _check_config(cfg: Mapping[str, Any]) -> None:
@@ -150,6 +150,7 @@ class TransformerBlock(nn.Module):
             num_heads=cfg["n_heads"], dropout=cfg["drop_rate"], qkv_bias=cfg["qkv_bias"],
             num_kv_heads=cfg.get("n_kv_heads"), window=cfg.get("window"),
             rope=rope_base is not None, rope_base=10000.0 if rope_base is None else rope_base,
+            sinks=cfg.get("sinks", 0),
         )  # fmt: skip
         self.ff = FeedForward(cfg)
         self.norm1 = LayerNorm(cfg["emb_dim"])
@@ -157,8 +158,9 @@ class TransformerBlock(nn.Module):
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
 
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
+        """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked `x` and `cache`."""
         shortcut = x
-        x = self.drop_shortcut(self.att(self.norm1(x), cache=cache))  # (b, T, emb_dim)
+        x = self.drop_shortcut(self.att.attend(self.norm1(x), cache)[0])  # (b, T, emb_dim)
         x = x + shortcut
         shortcut = x
         x = self.drop_shortcut(self.ff(self.norm2(x)))  # (b, T, emb_dim)
@@ -204,6 +206,8 @@ class GPTModel(nn.Module):
     def forward(self, in_idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
         """Logits for the token after each position: `(batch, num_tokens, vocab_size)`.
 
+        Checks the ids and the caches, then runs [`logits`][attention.gpt.GPTModel.logits].
+
         Args:
             in_idx: token ids, `(batch, num_tokens)`.
             caches: one [`KVCache`][attention.cache.KVCache] per block, from
@@ -213,30 +217,85 @@ class GPTModel(nn.Module):
         check_ids(in_idx, "in_idx", self.vocab_size, device=self.tok_emb.weight.device)
         if in_idx.ndim != 2:
             raise ValueError(f"in_idx must be (batch, num_tokens), got {tuple(in_idx.shape)}")
-        if caches is not None and len(caches) != len(self.trf_blocks):
-            raise ValueError(
-                f"expected one cache per block ({len(self.trf_blocks)}), got {len(caches)}"
-            )
-        start = 0 if caches is None else caches[0].length
-        num_tokens = in_idx.shape[1]
-        if start + num_tokens > self.context_length:
+        self._check_caches(caches, in_idx.shape[1])
+        if caches is not None and caches[0].batch_size != in_idx.shape[0]:
+            raise ValueError(f"caches were made for batch_size={caches[0].batch_size}, got a "
+                             f"batch of {in_idx.shape[0]}")  # fmt: skip
+        return self.logits(in_idx, caches)
+
+    def _check_caches(self, caches: list[KVCache] | None, num_tokens: int) -> None:
+        if caches is None:
+            if num_tokens > self.context_length:
+                raise ValueError(f"0 cached + {num_tokens} new tokens is longer than "
+                                 f"context_length={self.context_length}")  # fmt: skip
+            return
+        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        if not isinstance(caches, list | tuple) or len(caches) != len(blocks):
+            raise ValueError(f"caches must be a list of one KVCache per block ({len(blocks)}), "
+                             f"got {caches!r:.60}")  # fmt: skip
+        for block, cache in zip(blocks, caches, strict=True):
+            block.att.check_cache(cache, caches[0].batch_size, num_tokens)
+        start = caches[0].length
+        if any(cache.length != start for cache in caches):
+            raise ValueError("caches must hold the same tokens: one sequence per row, every "
+                             f"block; got lengths {[c.length for c in caches]}")  # fmt: skip
+        if not self.unbounded and start + num_tokens > self.context_length:
             raise ValueError(
                 f"{start} cached + {num_tokens} new tokens is longer than "
                 f"context_length={self.context_length}"
             )
+
+    def embed(self, in_idx: Tensor, start: int = 0) -> Tensor:
+        """Token embeddings, plus the position embeddings of `start ...` (without RoPE)."""
         x = self.tok_emb(in_idx)  # (b, T, emb_dim)
         if self.pos_emb is not None:  # positions start..start+T-1 (after the cached tokens)
-            x = x + self.pos_emb(torch.arange(start, start + num_tokens, device=in_idx.device))
-        x = self.drop_emb(x)
+            num_tokens = in_idx.shape[1]
+            x = x + self.pos_emb.weight[start : start + num_tokens]
+        out: Tensor = self.drop_emb(x)
+        return out
+
+    def logits(
+        self, in_idx: Tensor, caches: list[KVCache] | None = None, *, last_only: bool = False
+    ) -> Tensor:
+        """The forward's computation, without its checks (for `generate`, and compiling).
+
+        Args:
+            in_idx: token ids, `(batch, num_tokens)`.
+            caches: one cache per block, or None.
+            last_only: the vocabulary head at the last position only, `(batch, 1,
+                vocab_size)`: all a prefill needs of its logits.
+        """
+        start = 0 if caches is None else caches[0].length
+        x = self.embed(in_idx, start)  # (b, T, emb_dim)
         for i, block in enumerate(self.trf_blocks):
             x = block(x, None if caches is None else caches[i])  # (b, T, emb_dim)
+        if last_only:
+            x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)
         return logits
 
     def init_caches(self, batch_size: int, max_tokens: int | None = None) -> list[KVCache]:
-        """One empty key/value cache per block, for `batch_size` sequences of `max_tokens`."""
+        """One empty key/value cache per block, for `batch_size` sequences of `max_tokens`.
+
+        A block with a window gets a ring buffer of its window (and sinks), whatever
+        `max_tokens`; the others a linear cache of `max_tokens` (default `context_length`).
+        """
         blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
-        return [block.att.init_cache(batch_size, max_tokens) for block in blocks]
+        return [block.att.init_cache(batch_size, _linear_tokens(block.att, max_tokens))
+                for block in blocks]  # fmt: skip
+
+    @property
+    def unbounded(self) -> bool:
+        """Whether it can generate forever: RoPE and a window in every block (ring buffers)."""
+        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        return self.pos_emb is None and all(block.att.window is not None for block in blocks)
+
+
+def _linear_tokens(att: MultiHeadAttention, max_tokens: int | None) -> int | None:
+    """What `init_cache` gets: None (no limit) for a windowed layer, else at most its context."""
+    if att.window is not None:
+        return None
+    return att.context_length if max_tokens is None else min(max_tokens, att.context_length)
 
 
 def generate_text_simple(
@@ -288,11 +347,18 @@ def generate(
 ) -> Tensor:
     """Write up to `max_new_tokens` tokens after `idx`: greedy, or sampled; cached by default.
 
-    With `use_cache`, the prompt runs once (prefill) and every later step runs only the newest
-    token (decode), reading the earlier tokens' keys and values from a cache per block. Once
-    the sequence outgrows `context_size`, each step must re-read the last `context_size`
-    tokens from their positions 0 on, as the uncached loop does, so the cache is refilled.
-    Both ways give the same tokens (greedy) or the same distribution (sampled).
+    With `use_cache`, the prompt runs once (prefill, computing the vocabulary head at its last
+    position only) and every later step runs only the newest token (decode), reading the
+    earlier tokens' keys and values from a cache per block. Once the sequence outgrows
+    `context_size`, each step must re-read the last `context_size` tokens from their positions
+    0 on, as the uncached loop does, so the cache is refilled. Both ways give the same tokens
+    (greedy) or the same distribution (sampled).
+
+    A model with RoPE and a window in every block ([`unbounded`][attention.gpt.GPTModel.unbounded])
+    instead goes on past `context_length` in constant memory: its caches are ring buffers of
+    the window, positions count on, and nothing is refilled. That equals running the whole
+    sequence at once (a longer prompt is prefilled in chunks of `context_length`); the
+    uncached loop still crops to `context_size`, as the book's does.
 
     Args:
         model: a `GPTModel`.
@@ -314,7 +380,9 @@ def generate(
     """
     if not isinstance(model, GPTModel):
         raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
-    check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
+    idx = check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
+    if idx.ndim != 2 or idx.shape[1] == 0:
+        raise ValueError(f"idx must be (batch, num_tokens) with a token, got {tuple(idx.shape)}")
     check_size("max_new_tokens", max_new_tokens, minimum=0)
     context_size = model.context_length if context_size is None else context_size
     check_size("context_size", context_size)
@@ -323,26 +391,85 @@ def generate(
     if top_k is not None:
         check_size("top_k", top_k)
     check_flag("use_cache", use_cache)
+    if eos_id is not None:
+        check_size("eos_id", eos_id, minimum=0)
     context_size = min(context_size, model.context_length)
-    caches = model.init_caches(idx.shape[0], context_size) if use_cache else None
+    with torch.no_grad():
+        if max_new_tokens == 0:
+            return idx
+        if not use_cache:
+            return _generate_uncached(model, idx, max_new_tokens, context_size,
+                                      (temperature, top_k, eos_id))  # fmt: skip
+        return _generate_cached(model, idx, max_new_tokens, context_size,
+                                (temperature, top_k, eos_id))  # fmt: skip
+
+
+_Sampling = tuple[float, int | None, int | None]  # temperature, top_k, eos_id
+
+
+def _generate_uncached(
+    model: GPTModel, idx: Tensor, max_new_tokens: int, context_size: int, sampling: _Sampling
+) -> Tensor:
+    """The book's loop: every step runs the last `context_size` tokens again."""
     done = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
-    fresh = idx  # the tokens the next step feeds; all of them before the first step
     for _ in range(max_new_tokens):
-        with torch.no_grad():
-            if caches is None:
-                logits = model(idx[:, -context_size:])[:, -1]  # recompute: (b, vocab)
-            else:
-                if caches[0].length + fresh.shape[1] > context_size:  # full: refill it
-                    for cache in caches:
-                        cache.reset()
-                    fresh = idx[:, -context_size:]
-                logits = model(fresh, caches=caches)[:, -1]  # (b, vocab)
-        idx_next = _next_token(logits, temperature, top_k)  # (b, 1)
-        if eos_id is not None:
-            idx_next = idx_next.masked_fill(done, eos_id)
-            done |= idx_next == eos_id
-            if bool(done.all()) and bool((idx_next == eos_id).all()):
-                break
+        logits = model.logits(idx[:, -context_size:], last_only=True)[:, -1]  # (b, vocab)
+        idx_next = _choose(logits, sampling, done)  # (b, 1), or None: every row has ended
+        if idx_next is None:
+            break
         idx = torch.cat((idx, idx_next), dim=1)  # (b, T + 1)
-        fresh = idx_next
     return idx
+
+
+def _generate_cached(
+    model: GPTModel, idx: Tensor, max_new_tokens: int, context_size: int, sampling: _Sampling
+) -> Tensor:
+    """Prefill once, then one token per step from the caches.
+
+    A model that can run unbounded (RoPE and a window in every block, so ring buffers) goes on
+    past `context_size` with positions counting on; any other refills its caches with the last
+    `context_size` tokens once they are full, as the uncached loop crops.
+    """
+    b, n = idx.shape
+    out = idx.new_empty(b, n + max_new_tokens)  # the prompt and every token to come
+    out[:, :n] = idx
+    caches = model.init_caches(b, context_size)
+    unbounded = model.unbounded
+    chunk = model.context_length  # an unbounded model's prompt goes in chunks that fit
+    start = 0 if unbounded else max(0, n - context_size)
+    for first in range(start, n, chunk if unbounded else n):
+        logits = model.logits(out[:, first : min(first + chunk, n)], caches, last_only=True)
+    done = torch.zeros(b, 1, dtype=torch.bool, device=idx.device)
+    length = n
+    for _ in range(max_new_tokens):
+        idx_next = _choose(logits[:, -1], sampling, done)  # (b, 1)
+        if idx_next is None:
+            break
+        out[:, length : length + 1] = idx_next
+        length += 1
+        if length == n + max_new_tokens:
+            break
+        if not unbounded and caches[0].length == context_size:  # full: refill it
+            for cache in caches:
+                cache.reset()
+            logits = model.logits(out[:, length - context_size : length], caches, last_only=True)
+        else:
+            logits = model.logits(idx_next, caches)  # decode: (b, 1, vocab)
+    return out[:, :length]
+
+
+def _choose(logits: Tensor, sampling: _Sampling, done: Tensor) -> Tensor | None:
+    """The next token of each row, `(b, 1)`; None once every row has reached `eos_id`.
+
+    With `eos_id`, a row that has ended is padded with it; reading whether all have ended is
+    the one host synchronisation of a step (none without `eos_id`).
+    """
+    temperature, top_k, eos_id = sampling
+    idx_next = _next_token(logits, temperature, top_k)  # (b, 1)
+    if eos_id is None:
+        return idx_next
+    idx_next = idx_next.masked_fill(done, eos_id)
+    done |= idx_next == eos_id
+    if bool(done.all()):
+        return None
+    return idx_next

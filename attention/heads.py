@@ -41,7 +41,6 @@ Examples:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,7 +53,6 @@ from attention.checks import check_ids, check_size, check_tensor
 from attention.copy_task import _torch_threads
 from attention.core import causal_mask
 from attention.gpt import GPTModel, TransformerBlock
-from attention.multihead import MultiHeadAttention
 from attention.text import gpt2_encoding, sample_text
 
 __all__ = [
@@ -75,20 +73,13 @@ def _blocks(model: GPTModel) -> list[TransformerBlock]:
     return list(model.trf_blocks)  # type: ignore[arg-type]
 
 
-def _head_scores(att: MultiHeadAttention, x: Tensor) -> Tensor:
-    """S = Q K^T / sqrt(d_h) of one attention module, every query head: (b, h, T, T)."""
-    queries = att._split_heads(att.W_query(x), att.num_heads)  # (b, h, T, d_h)
-    keys = att._split_heads(att.W_key(x), att.num_kv_heads)  # (b, h_kv, T, d_h)
-    queries, keys = att._rotate(queries, keys, start=0)  # RoPE, if the model uses it
-    keys = keys.repeat_interleave(att.num_heads // att.num_kv_heads, dim=1)  # (b, h, T, d_h)
-    return queries @ keys.transpose(-2, -1) / math.sqrt(att.head_dim)  # (b, h, T, T)
-
-
 def attention_scores(model: GPTModel, idx: Tensor) -> Tensor:
     r"""The scaled scores $S = QK^\top/\sqrt{d_h}$ of every layer and head, before any mask.
 
-    Runs `model` on `idx` once (no gradients) and recomputes each block's queries and keys
-    from the input its attention received.
+    Runs `model` on `idx` once (no gradients), keeps the input each block's attention
+    received, and asks that attention for its scores
+    ([`MultiHeadAttention.scores`][attention.multihead.MultiHeadAttention.scores]: the
+    forward's own projection and rotation).
 
     Args:
         model: a `GPTModel` (any configuration: grouped heads, RoPE, window).
@@ -107,16 +98,16 @@ def attention_scores(model: GPTModel, idx: Tensor) -> Tensor:
     check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
     if idx.ndim != 2:
         raise ValueError(f"idx must be (batch, num_tokens), got {tuple(idx.shape)}")
-    scores: list[Tensor] = []
+    inputs: list[Tensor] = []  # what each block's attention reads: norm1's output
 
-    def keep(att: nn.Module, args: tuple[Tensor, ...]) -> None:
-        assert isinstance(att, MultiHeadAttention)
-        scores.append(_head_scores(att, args[0]))
+    def keep(norm1: nn.Module, args: tuple[Tensor, ...], out: Tensor) -> None:
+        inputs.append(out)
 
-    hooks = [block.att.register_forward_pre_hook(keep) for block in blocks]
+    hooks = [block.norm1.register_forward_hook(keep) for block in blocks]
     try:
         with torch.no_grad():
             model(idx)
+            scores = [block.att.scores(x) for block, x in zip(blocks, inputs, strict=True)]
     finally:
         for hook in hooks:
             hook.remove()
@@ -135,7 +126,7 @@ def attention_weights(model: GPTModel, idx: Tensor) -> Tensor:
         above the diagonal (and beyond a window).
     """
     scores = attention_scores(model, idx)  # (L, b, h, T, T)
-    masks = [causal_mask(idx.shape[1], idx.device, window=b.att.window) for b in _blocks(model)]
+    masks = [block.att.mask(idx.shape[1], idx.device) for block in _blocks(model)]
     mask = torch.stack(masks)[:, None, None]  # (L, 1, 1, T, T)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
 

@@ -19,12 +19,13 @@ into heads with a `view` and a `transpose`, and runs all heads in one batched ke
 
 from __future__ import annotations
 
+import math
 from typing import Literal, overload
 
 import torch
 from torch import Tensor, nn
 
-from attention.cache import KVCache, attend_cached
+from attention.cache import KVCache
 from attention.causal import CausalAttention
 from attention.checks import (
     check_dropout,
@@ -32,16 +33,12 @@ from attention.checks import (
     check_input,
     check_padding_mask,
     check_size,
-    drop_book_mask,
+    check_tensor,
 )
-from attention.core import explicit_attention
-from attention.fused import (
-    attention_mask,
-    fused_attention,
-    rotate_tokens,
-    shift_to_right_padding,
-)
-from attention.positions import apply_rope, rope_angles, rope_frequencies
+from attention.core import causal_mask, explicit_attention
+from attention.fused import fused_attention
+from attention.positions import RotaryTable, rope_frequencies
+from attention.visibility import Visibility, segments, visible
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
 
@@ -121,13 +118,18 @@ class MultiHeadAttention(nn.Module):
     \text{out} = [Z^{(1)}; \dots; Z^{(h)}]\, W_o + b_o,
     $$
 
-    with $M_{ij} = -\infty$ where key $j$ is in the future ($j > i$, if `causal`), beyond the
-    `window` ($j \le i - w$) or padding. Query head $i$ reads key/value head $g(i)$: with
-    `num_kv_heads` $h_{kv} < h$ heads share keys and values (grouped-query attention; $h_{kv} =
-    1$ is multi-query attention). With `rope`, each head's queries and keys are rotated by
-    their positions first ([`attention.positions`][attention.positions]).
+    with $M_{ij} = 0$ where query $i$ may see key $j$ and $-\infty$ elsewhere: the rule of
+    [`attention.visibility`][attention.visibility] (the future if `causal`, beyond the
+    `window` except the first `sinks` tokens, padding, other documents). Query head $i$ reads
+    key/value head $g(i)$: with `num_kv_heads` $h_{kv} < h$ heads share keys and values
+    (grouped-query attention; $h_{kv} = 1$ is multi-query attention). With `rope`, each
+    head's queries and keys are rotated by their positions first
+    ([`attention.positions`][attention.positions]). With `sink_logit`, each head has a
+    learned logit for attending to nothing (gpt-oss).
 
-    By default the attention runs in `torch.nn.functional.scaled_dot_product_attention` through
+    One forward serves every call: project, rotate at the tokens' positions, store in the
+    cache if one is given, attend, merge the heads. By default the attention runs in
+    `torch.nn.functional.scaled_dot_product_attention` through
     [`fused_attention`][attention.fused.fused_attention], which never materialises the
     $T \times T$ weights. With `need_weights=True` it runs the explicit path
     ([`explicit_attention`][attention.core.explicit_attention]) and returns the weights too.
@@ -143,17 +145,16 @@ class MultiHeadAttention(nn.Module):
 
     Compiling and exporting: `torch.compile` works (with a `key_padding_mask`, the check for
     right padding reads the mask, one graph break); `torch.export` works with a dynamic token
-    count, with or without a padding mask. `torch.jit.script` is not supported: TorchScript is
-    deprecated upstream. A NaN or infinity in a *real* token's input reaches every output that
-    attends to it, and, as in PyTorch's kernels, also the earlier ones ($0 \cdot \text{NaN}$);
-    in a padded position it changes nothing. RoPE positions and window distances count token
-    slots, padded or not: left and right padding change no real output, but padding *between*
-    real tokens moves them apart.
+    count, with or without a padding mask. A NaN or infinity in a *real* token's input reaches
+    every output that attends to it, and, as in PyTorch's kernels, also the earlier ones
+    ($0 \cdot \text{NaN}$); in a padded position it changes nothing. RoPE positions and window
+    distances count token slots, padded or not: left and right padding change no real
+    output, but padding *between* real tokens moves them apart.
 
     Args:
         d_in: width of each input embedding.
         d_out: total output width $h d_h$, split across heads.
-        context_length: the longest sequence supported.
+        context_length: the longest sequence one call takes.
         dropout: dropout probability on the attention weights, active in training only.
         num_heads: number of query heads $h$.
         qkv_bias: whether the query/key/value projections have a bias (`out_proj` always has).
@@ -161,7 +162,10 @@ class MultiHeadAttention(nn.Module):
         num_kv_heads: key/value heads $h_{kv}$, dividing `num_heads`; default `num_heads`.
         window: with `causal`, the tokens each query sees, itself included; default all.
         rope: rotate queries and keys by their positions (rotate-half RoPE).
-        rope_base: RoPE's base.
+        rope_base: RoPE's base, a finite number above 1.
+        sinks: with a `window`, the first `sinks` tokens stay visible to every query
+            (StreamingLLM's attention sinks).
+        sink_logit: learn one logit per head for a sink that absorbs weight (gpt-oss).
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
@@ -170,13 +174,16 @@ class MultiHeadAttention(nn.Module):
         out_proj: `nn.Linear(d_out, d_out)`, $W_o$ and $b_o$.
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
+        sink_logits: `(num_heads,)` parameter with `sink_logit`, created last; else None.
+        rule: the [`Visibility`][attention.visibility.Visibility] of `causal`, `window`,
+            `sinks`.
         head_dim: $d_h$ = `d_out // num_heads`.
 
     Raises:
         TypeError: a size is not an int, a switch not a bool, or `dropout` not a number.
         ValueError: a size below 1, `dropout` outside $[0, 1)$, `d_out` not divisible by
-            `num_heads`, `num_heads` not by `num_kv_heads`, a window without `causal`, or
-            `rope` with an odd `head_dim`.
+            `num_heads`, `num_heads` not by `num_kv_heads`, a window without `causal`, sinks
+            without a window, or `rope` with an odd `head_dim`.
 
     Examples:
         >>> from attention.simple import example_inputs
@@ -220,35 +227,20 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
         rope: bool = False,
         rope_base: float = 10000.0,
+        sinks: int = 0,
+        sink_logit: bool = False,
     ) -> None:
         super().__init__()
-        for name, value in (("d_in", d_in), ("d_out", d_out), ("num_heads", num_heads)):
-            check_size(name, value)
-        check_size("context_length", context_length)
-        check_dropout(dropout)
-        if d_out % num_heads != 0:
-            raise ValueError(
-                f"d_out must be divisible by num_heads: got d_out={d_out}, num_heads={num_heads}"
-            )
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check_size("num_kv_heads", num_kv_heads)
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(
-                "num_heads must be divisible by num_kv_heads (each key/value head serves a "
-                f"group of query heads): got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
-            )
+        _check_sizes(d_in, d_out, context_length, num_heads, num_kv_heads)
+        check_dropout(dropout)
         self.d_in = d_in
         self.d_out = d_out
         self.context_length = context_length
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = d_out // num_heads
-        self.causal = check_flag("causal", causal)
-        if window is not None:
-            check_size("window", window)
-            if not causal:
-                raise ValueError(f"a sliding window needs causal=True, got window={window}")
-        self.window = window
+        self.rule = Visibility(causal=check_flag("causal", causal), window=window, sinks=sinks)
         self.rope = check_flag("rope", rope)
         rope_frequencies(2, rope_base)  # checks rope_base, used or not
         if rope and self.head_dim % 2:
@@ -257,14 +249,29 @@ class MultiHeadAttention(nn.Module):
                 f"even, got head_dim={self.head_dim}"
             )
         self.rope_base = float(rope_base)
+        self.rotary = RotaryTable(self.head_dim, rope_base) if rope else None
         check_flag("qkv_bias", qkv_bias)
+        check_flag("sink_logit", sink_logit)
         kv_dim = num_kv_heads * self.head_dim
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_key = nn.Linear(d_in, kv_dim, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, kv_dim, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
-        self.register_load_state_dict_pre_hook(drop_book_mask)  # type: ignore[no-untyped-call]
+        self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
+        self.register_load_state_dict_pre_hook(_drop_book_mask)  # type: ignore[no-untyped-call]
+
+    @property
+    def causal(self) -> bool:
+        return self.rule.causal
+
+    @property
+    def window(self) -> int | None:
+        return self.rule.window
+
+    @property
+    def sinks(self) -> int:
+        return self.rule.sinks
 
     @overload
     def forward(
@@ -274,6 +281,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: Literal[False] = ...,
         *,
         cache: KVCache | None = ...,
+        document_ids: Tensor | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -284,6 +292,7 @@ class MultiHeadAttention(nn.Module):
         need_weights: Literal[True],
         *,
         cache: KVCache | None = ...,
+        document_ids: Tensor | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
@@ -294,6 +303,7 @@ class MultiHeadAttention(nn.Module):
         *,
         need_weights: Literal[True],
         cache: KVCache | None = ...,
+        document_ids: Tensor | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -303,8 +313,9 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         *,
         cache: KVCache | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend over `x`.
+        """Attend over `x`: check the inputs, then [`attend`][attention.multihead.MultiHeadAttention.attend].
 
         Args:
             x: shape `(batch, num_tokens, d_in)`, `num_tokens <= context_length`, of the
@@ -316,107 +327,223 @@ class MultiHeadAttention(nn.Module):
             need_weights: also return the attention weights (runs the explicit path).
             cache: a [`KVCache`][attention.cache.KVCache] from
                 [`init_cache`][attention.multihead.MultiHeadAttention.init_cache]: `x` is the
-                next chunk of a sequence whose earlier tokens the cache holds; its keys and
-                values are appended, and it attends to every cached token (positions, for
-                RoPE, continue from the cache's length).
+                next chunk of a sequence whose earlier tokens the cache has taken; positions
+                (for RoPE, the window, the sinks) continue from its `length`.
+            document_ids: optional `(batch, num_tokens)` non-negative ints: several documents
+                packed in one row; a query sees only the keys of its own document.
 
         Returns:
             `context_vec` of shape `(batch, num_tokens, d_out)`; with `need_weights=True`,
             `(context_vec, attn_weights)` with weights `(batch, num_heads, num_tokens, num_keys)`
-            (`num_keys` is `num_tokens`, or the cache's length).
+            (`num_keys` is `num_tokens`, or the keys the cache returned).
 
         Raises:
-            TypeError: `x` is not floating point or not of the parameters' dtype.
+            TypeError: `x` is not floating point or not of the parameters' dtype; `cache` not
+                a `KVCache`; `document_ids` not integers.
             ValueError: wrong rank or width of `x`, too many tokens, another device, a mask
-                of the wrong shape or dtype, or a chunk the cache cannot take.
-        """
+                or document ids of the wrong shape, or a cache this chunk does not fit.
+        """  # noqa: E501
         check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
         check_flag("need_weights", need_weights)
         b, num_tokens, _ = x.shape
-        shift = None
         if key_padding_mask is not None:
             check_padding_mask(key_padding_mask, b, num_tokens, x.device)
             # Padded positions must not matter at all: not even a NaN there may reach the
             # real outputs (0 * NaN = NaN inside a matmul), so their inputs are zeroed first.
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
+        if document_ids is not None:
+            _check_documents(document_ids, b, num_tokens, x.device)
         if cache is not None:
-            return attend_cached(self, x, key_padding_mask, need_weights, cache)
-        if key_padding_mask is not None:
-            if self.causal and not need_weights:
-                # The kernel needs no mask for real tokens followed by padding: rows whose
-                # real tokens are one run elsewhere (left padding) are rotated into that
-                # layout here, and their outputs rotated back at the end.
-                shift = shift_to_right_padding(key_padding_mask)  # (b,) or None
-                if shift is not None:
-                    x = rotate_tokens(x, shift)  # (b, T, d_in)
-                    key_padding_mask = rotate_tokens(key_padding_mask, shift)  # (b, T)
+            self.check_cache(cache, b, num_tokens)
+        seg = segments(key_padding_mask, document_ids)  # (b, T) or None
+        padding = document_ids is None and key_padding_mask is not None
+        right = padding and cache is None and _right_padded(key_padding_mask)  # type: ignore[arg-type]
+        out, attn_weights = self.attend(x, cache, seg, padding=padding, right_padded=right,
+                                        need_weights=need_weights)  # fmt: skip
+        return out if attn_weights is None else (out, attn_weights)
 
-        # Q = X W_q, K = X W_k, V = X W_v, each split into heads of head_dim and moved before
-        # the tokens: (b, T, h * d_h) -> (b, T, h, d_h) -> (b, h, T, d_h)
-        queries = self._split_heads(self.W_query(x), self.num_heads)  # (b, h, T, d_h)
-        keys = self._split_heads(self.W_key(x), self.num_kv_heads)  # (b, h_kv, T, d_h)
-        values = self._split_heads(self.W_value(x), self.num_kv_heads)  # (b, h_kv, T, d_h)
-        del x  # a zeroed or rotated copy is freed here, before the kernel (when not training)
-        queries, keys = self._rotate(queries, keys, start=0)
+    def attend(
+        self,
+        x: Tensor,
+        cache: KVCache | None = None,
+        segments: Tensor | None = None,
+        *,
+        padding: bool = False,
+        right_padded: bool = False,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The forward's computation, without its checks: for callers that made them.
 
+        A [`GPTModel`][attention.gpt.GPTModel] checks its token ids once and calls this in
+        every block, so a decode step runs no check and no host synchronisation.
+
+        Args:
+            x: `(batch, num_tokens, d_in)`, padded positions zeroed.
+            cache: the layer's cache, or None.
+            segments: `(batch, num_tokens)` segment ids
+                ([`segments`][attention.visibility.segments]), or None.
+            padding: the segments are only padding (no documents).
+            right_padded: and that padding comes after each row's real tokens.
+            need_weights: also return the weights (explicit path).
+
+        Returns:
+            `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
+            `(batch, num_heads, num_tokens, num_keys)` with `need_weights`, else None.
+        """
+        b, num_tokens, _ = x.shape
+        start = 0 if cache is None else cache.length  # the chunk's first position
+        queries, keys, values = self.project(x, start)  # (b, h | h_kv, T, d_h)
+        key_positions, key_seg = None, segments
+        if cache is not None:  # every key the chunk may need: (b, h_kv, S, d_h), (S,), (b, S)
+            keys, values, key_positions, key_seg = cache.update(keys, values, segments)
         attn_weights = None
         if need_weights:
-            mask = attention_mask(
-                num_tokens, causal=self.causal, window=self.window,
-                key_padding_mask=key_padding_mask, device=queries.device,
-            )  # fmt: skip
-            context_vec, attn_weights = self._explicit(queries, keys, values, mask)
+            k_pos = torch.arange(keys.shape[2], device=x.device) if key_positions is None \
+                else key_positions  # fmt: skip
+            q_pos = torch.arange(start, start + num_tokens, device=x.device)
+            hidden = ~visible(self.rule, q_pos, k_pos, segments, key_seg)  # True = masked
+            context_vec, attn_weights = self._explicit(queries, keys, values, hidden)
         else:
             context_vec = fused_attention(
-                queries, keys, values, causal=self.causal, window=self.window,
-                key_padding_mask=key_padding_mask,
-                dropout_p=self.dropout.p if self.training else 0.0,
+                queries, keys, values, self.rule, start=start, key_positions=key_positions,
+                q_seg=segments, k_seg=key_seg, padding=padding, right_padded=right_padded,
+                dropout_p=self.dropout.p if self.training else 0.0, sink_logits=self.sink_logits,
             )  # fmt: skip
-
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
-        if shift is not None:
-            out = rotate_tokens(out, -shift)  # every token back in its place
-        if need_weights:
-            assert attn_weights is not None
-            return out, attn_weights
-        return out
+        return out, attn_weights
+
+    def project(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values split into heads, rotated (RoPE) at positions `start ...`.
+
+        Args:
+            x: `(batch, num_tokens, d_in)`.
+            start: the first token's position.
+
+        Returns:
+            `(queries, keys, values)`: `(b, h, T, d_h)`, `(b, h_kv, T, d_h)`, `(b, h_kv, T, d_h)`.
+        """
+        # Q = X W_q, K = X W_k, V = X W_v: (b, T, h * d_h) -> (b, T, h, d_h) -> (b, h, T, d_h)
+        b, num_tokens, _ = x.shape
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
+        keys = self.W_key(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
+        values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
+        queries, keys, values = (
+            queries.transpose(1, 2),
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+        )
+        if self.rotary is not None:  # turn each query and key by m * theta_i, m = start, ...
+            queries, keys = self.rotary.rotate(queries, start), self.rotary.rotate(keys, start)
+        return queries, keys, values
+
+    def scores(self, x: Tensor) -> Tensor:
+        r"""Every query head's scaled scores $Q K^\top / \sqrt{d_h}$ over `x`, before any mask.
+
+        What [`attention.heads`][attention.heads] and the explorer read: the same projection
+        and rotation as the forward.
+
+        Args:
+            x: `(batch, num_tokens, d_in)`.
+
+        Returns:
+            `(batch, num_heads, num_tokens, num_tokens)`.
+        """
+        check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
+        queries, keys, _ = self.project(x)  # (b, h, T, d_h), (b, h_kv, T, d_h)
+        keys = keys.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)  # (b, h, T, d_h)
+        return queries @ keys.transpose(-2, -1) / math.sqrt(self.head_dim)  # (b, h, T, T)
+
+    def mask(self, num_tokens: int, device: torch.device | str | None = None) -> Tensor:
+        """This layer's `(num_tokens, num_tokens)` bool mask, True = hidden, from its rule.
+
+        Examples:
+            >>> mha = MultiHeadAttention(4, 4, 8, 0.0, num_heads=1, window=2)
+            >>> mha.mask(3)
+            tensor([[False,  True,  True],
+                    [False, False,  True],
+                    [ True, False, False]])
+        """
+        check_size("num_tokens", num_tokens, minimum=0)
+        positions = torch.arange(num_tokens, device=device)
+        return ~visible(self.rule, positions, positions)
 
     def init_cache(self, batch_size: int, max_tokens: int | None = None) -> KVCache:
         """An empty key/value cache for generating with this module, on its device and dtype.
 
+        A layer with a window gets a ring buffer of `window + sinks` slots, whatever the
+        length; any other layer a linear cache of `max_tokens`.
+
         Args:
             batch_size: sequences generated together.
-            max_tokens: the most tokens it will hold, prompt included; default
-                `context_length`.
+            max_tokens: the most tokens it will take, prompt included; default
+                `context_length`, or no limit for a layer with a window.
 
         Returns:
             A [`KVCache`][attention.cache.KVCache] of `num_kv_heads` heads.
 
         Raises:
-            ValueError: the module is not causal, or `max_tokens` exceeds `context_length`.
+            ValueError: the module is not causal, or `max_tokens` (without a window) exceeds
+                `context_length`.
         """
         if not self.causal:
             raise ValueError("a key/value cache needs causal=True: later tokens would change "
                              "what earlier ones attend to")  # fmt: skip
-        max_tokens = self.context_length if max_tokens is None else max_tokens
-        check_size("max_tokens", max_tokens)
-        if max_tokens > self.context_length:
-            raise ValueError(
-                f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
-            )
+        if max_tokens is None and self.window is None:
+            max_tokens = self.context_length
+        if max_tokens is not None:
+            check_size("max_tokens", max_tokens)
+            if self.window is None and max_tokens > self.context_length:
+                raise ValueError(
+                    f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
+                )
         weight = self.W_key.weight
         return KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
-                       device=weight.device, dtype=weight.dtype)  # fmt: skip
+                       window=self.window, sinks=self.sinks, device=weight.device,
+                       dtype=weight.dtype)  # fmt: skip
 
-    def _rotate(self, queries: Tensor, keys: Tensor, start: int) -> tuple[Tensor, Tensor]:
-        """RoPE, if on: turn each query and key by m * theta_i, m = start, start + 1, ..."""
-        if not self.rope:
-            return queries, keys
-        cos, sin = rope_angles(queries.shape[-2], self.head_dim, self.rope_base, offset=start,
-                               device=queries.device, dtype=queries.dtype)  # fmt: skip
-        return apply_rope(queries, cos, sin), apply_rope(keys, cos, sin)
+    def check_cache(self, cache: object, batch_size: int, num_tokens: int) -> None:
+        """Raise an error naming `cache` unless it was made for this layer and fits the chunk.
+
+        Args:
+            cache: what was passed as `cache`.
+            batch_size: the chunk's batch.
+            num_tokens: the chunk's tokens.
+
+        Raises:
+            TypeError: not a `KVCache`.
+            ValueError: a non-causal module, another head layout, dtype or device, window,
+                batch size, or no room left.
+        """
+        if not isinstance(cache, KVCache):
+            raise TypeError(
+                f"cache must be a KVCache (from init_cache), got {type(cache).__name__}"
+            )
+        if not self.causal:
+            raise ValueError("cache needs a causal module (causal=False): a later token would "
+                             "change what the cached ones attended to")  # fmt: skip
+        weight, keys = self.W_key.weight, cache.keys
+        made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
+        if made != (self.num_kv_heads, self.head_dim, weight.dtype, weight.device):
+            raise ValueError(
+                f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, {made[2]} on "
+                f"{made[3]}; this module has num_kv_heads={self.num_kv_heads}, head_dim="
+                f"{self.head_dim}, {weight.dtype} on {weight.device}: use its init_cache"
+            )
+        if cache.ring and (cache.window, cache.sinks) != (self.window, self.sinks):
+            raise ValueError(f"cache keeps window={cache.window}, sinks={cache.sinks}; this "
+                             f"module has window={self.window}, sinks={self.sinks}")  # fmt: skip
+        if batch_size != cache.batch_size:
+            raise ValueError(
+                f"cache was made for batch_size={cache.batch_size}, got a batch of {batch_size}"
+            )
+        limit = cache.max_tokens
+        if limit is not None and cache.length + num_tokens > limit:
+            raise ValueError(
+                f"cache holds {cache.length} of max_tokens={limit} tokens: {num_tokens} more "
+                "do not fit (reset it, or make a larger one)"
+            )
 
     def _explicit(
         self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None
@@ -425,12 +552,9 @@ class MultiHeadAttention(nn.Module):
         group = self.num_heads // self.num_kv_heads  # query head i reads kv head i // group
         keys = keys.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
         values = values.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
-        return explicit_attention(queries, keys, values, mask, dropout=self.dropout)
-
-    def _split_heads(self, t: Tensor, num_heads: int) -> Tensor:
-        b, num_tokens, _ = t.shape
-        t = t.view(b, num_tokens, num_heads, self.head_dim)  # (b, T, heads, d_h)
-        return t.transpose(1, 2)  # (b, heads, T, d_h)
+        sink = None if self.sink_logits is None else self.sink_logits[:, None, None]  # (h, 1, 1)
+        return explicit_attention(queries, keys, values, mask, dropout=self.dropout,
+                                  sink_logits=sink)  # fmt: skip
 
     def extra_repr(self) -> str:
         """Shown by `print(module)`: what is not visible in the submodules."""
@@ -439,6 +563,8 @@ class MultiHeadAttention(nn.Module):
             options.append(f"num_kv_heads={self.num_kv_heads}")
         if self.window is not None:
             options.append(f"window={self.window}")
+        if self.sinks:
+            options.append(f"sinks={self.sinks}")
         if self.rope:
             options.append(f"rope_base={self.rope_base:g}")
         return ", ".join(options)
@@ -495,3 +621,86 @@ class MultiHeadAttention(nn.Module):
             fused.out_proj.weight.copy_(torch.eye(fused.d_out))
             fused.out_proj.bias.zero_()
         return fused.train(wrapper.training)
+
+
+def _check_sizes(
+    d_in: int, d_out: int, context_length: int, num_heads: int, num_kv_heads: int
+) -> None:
+    for name, value in (("d_in", d_in), ("d_out", d_out), ("context_length", context_length),
+                        ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):  # fmt: skip
+        check_size(name, value)
+    if d_out % num_heads != 0:
+        raise ValueError(
+            f"d_out must be divisible by num_heads: got d_out={d_out}, num_heads={num_heads}"
+        )
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            "num_heads must be divisible by num_kv_heads (each key/value head serves a "
+            f"group of query heads): got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
+        )
+
+
+def _check_documents(
+    document_ids: object, batch: int, num_tokens: int, device: torch.device
+) -> None:
+    ids = check_tensor("document_ids", document_ids)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"document_ids must be integers, got dtype {ids.dtype}")
+    if ids.shape != (batch, num_tokens):
+        raise ValueError(
+            f"document_ids must have shape (batch, num_tokens) = ({batch}, {num_tokens}), "
+            f"got {tuple(ids.shape)}"
+        )
+    if ids.device != device:
+        raise ValueError(f"document_ids must be on the input's device {device}, got {ids.device}")
+    if _readable(ids) and bool((ids < 0).any()):
+        raise ValueError(f"document_ids must be >= 0, got {int(ids.min())}")
+
+
+def _readable(t: Tensor) -> bool:
+    """Whether a tensor's values may steer Python: not while exporting, not on `meta`."""
+    return not torch.compiler.is_exporting() and t.device.type != "meta"
+
+
+def _right_padded(key_padding_mask: Tensor) -> bool:
+    """Whether every row is real tokens, then padding (`[F, ..., F, T, ..., T]`): O(b T)."""
+    if not _readable(key_padding_mask) or key_padding_mask.shape[1] == 0:
+        return False
+    return bool((key_padding_mask[:, :-1] <= key_padding_mask[:, 1:]).all())
+
+
+def _drop_book_mask(
+    module: nn.Module,
+    state_dict: dict[str, Tensor],
+    prefix: str,
+    *args: object,
+) -> None:
+    """A load hook: accept a book checkpoint's `mask` buffer, after checking it is causal.
+
+    The book's class stores `triu(ones(context_length, context_length), 1)` (float in the
+    book's chapter, bool in later versions); this module computes the mask instead, so the
+    entry is checked and dropped. Any other mask would change what the module computes, and
+    is refused rather than silently ignored.
+    """
+    key = prefix + "mask"
+    if key not in state_dict:
+        return
+    mask = state_dict.pop(key)
+    causal = getattr(module, "causal", True)
+    if not isinstance(mask, Tensor) or mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
+        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"the state_dict's {key!r} must be a square (n, n) tensor, got {shape}")
+    if mask.device.type != "meta" and not torch.equal(
+        mask.bool(), causal_mask(mask.shape[0], device=mask.device)
+    ):
+        raise ValueError(
+            f"the state_dict's {key!r} is not the causal mask triu(ones(n, n), diagonal=1) "
+            "that a book checkpoint holds: MultiHeadAttention computes its mask (causal or "
+            "none, by `causal`) and cannot load another"
+        )
+    if not causal:
+        raise ValueError(
+            f"the state_dict's {key!r} is a causal mask, but this module has causal=False: "
+            "load it into a causal module, or delete the entry to reuse the weights "
+            "without the mask"
+        )

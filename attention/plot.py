@@ -33,7 +33,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from attention._plot_parts import _cell, _check_labels, _numbers, _to_matrix
 from attention.listing import source
 
 if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functions
@@ -190,28 +189,9 @@ def heatmap(
             ax = fig.add_subplot()
         else:
             fig = ax.get_figure()  # type: ignore[assignment]
-        tooltips: dict[str, str] = getattr(fig, _TOOLTIPS_ATTR, {})
-        annotate = num_queries <= 16 and num_keys <= 16
         cross: dict[str, Any] = {"fill": False, "hatch": "x", "linewidth": 2}
-        for i, j in itertools.product(range(num_queries), range(num_keys)):
-            value = rows[i][j]
-            ok = math.isfinite(value)
-            face = cmap(norm(value)) if ok else (0.5, 0.5, 0.5, 0.25)
-            r, g, b, _ = face
-            contrast = "#ffffff" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "#000000"
-            is_marked = crossed is not None and crossed[i][j] != 0
-            tip = f"{query_labels[i]} -> {key_labels[j]}: {value:.4f}"
-            tip += f" ({marked_label})" if is_marked else ""
-            # An edge in the face colour hides anti-aliasing seams between cells.
-            _cell(ax, i, j, tip, tooltips, facecolor=face, edgecolor=face, linewidth=0.5,
-                  hatch=None if ok else "//")  # fmt: skip
-            if is_marked:
-                _cell(ax, i, j, None, tooltips, edgecolor=contrast, **cross)
-            if annotate:
-                ax.text(
-                    j, i, f"{value:.2f}" if ok else ("-inf" if value < 0 else str(value)),
-                    ha="center", va="center", fontsize=9, color=contrast if ok else _INK,
-                )  # fmt: skip
+        tooltips = _draw_cells(ax, fig, rows, crossed, (query_labels, key_labels), (norm, cmap),
+                               marked_label, cross)  # fmt: skip
         setattr(fig, _TOOLTIPS_ATTR, tooltips)
         ax.set_aspect("equal")
         _matrix_axes(ax, (num_queries, num_keys), (query_labels, key_labels), title=title)
@@ -223,6 +203,43 @@ def heatmap(
 
         fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.8)
     return fig
+
+
+def _draw_cells(
+    ax: Axes,
+    fig: Figure,
+    rows: list[list[float]],
+    crossed: list[list[float]] | None,
+    labels: tuple[Sequence[str], Sequence[str]],
+    colours: tuple[Any, Any],
+    marked_label: str,
+    cross: dict[str, Any],
+) -> dict[str, str]:
+    """One coloured cell per weight, its value written in it, its tooltip; crossed if marked."""
+    (query_labels, key_labels), (norm, cmap) = labels, colours
+    num_queries, num_keys = len(rows), len(rows[0])
+    tooltips: dict[str, str] = getattr(fig, _TOOLTIPS_ATTR, {})
+    annotate = num_queries <= 16 and num_keys <= 16
+    for i, j in itertools.product(range(num_queries), range(num_keys)):
+        value = rows[i][j]
+        ok = math.isfinite(value)
+        face = cmap(norm(value)) if ok else (0.5, 0.5, 0.5, 0.25)
+        r, g, b, _ = face
+        contrast = "#ffffff" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "#000000"
+        is_marked = crossed is not None and crossed[i][j] != 0
+        tip = f"{query_labels[i]} -> {key_labels[j]}: {value:.4f}"
+        tip += f" ({marked_label})" if is_marked else ""
+        # An edge in the face colour hides anti-aliasing seams between cells.
+        _cell(ax, i, j, tip, tooltips, facecolor=face, edgecolor=face, linewidth=0.5,
+              hatch=None if ok else "//")  # fmt: skip
+        if is_marked:
+            _cell(ax, i, j, None, tooltips, edgecolor=contrast, **cross)
+        if annotate:
+            ax.text(
+                j, i, f"{value:.2f}" if ok else ("-inf" if value < 0 else str(value)),
+                ha="center", va="center", fontsize=9, color=contrast if ok else _INK,
+            )  # fmt: skip
+    return tooltips
 
 
 _HIDDEN: dict[str, Any] = {"facecolor": (0.5, 0.5, 0.5, 0.25), "hatch": "//", "hatchcolor": _INK}
@@ -498,3 +515,89 @@ def row(*figures: Figure) -> str:
     points = [float(m[1]) for s in images if (m := re.search(r'width="([\d.]+)pt"', s))]
     half = round(max(points, default=0.0) * 2 / 3)  # half the widest, in CSS px (1pt = 4/3 px)
     return f'<div class="figure-row" style="--figure-min: {half}px">' + "".join(images) + "</div>"
+
+
+# The figures' argument checks (every message names the argument, what was expected and
+# what arrived) and the matrix cell that carries a hover tooltip.
+
+_cell_ids = itertools.count()  # unique cell ids across one process (one docs build)
+
+
+def _to_matrix(weights: Any) -> list[list[float]]:
+    """A 2-D tensor/array/nested list as a list of rows of floats."""
+    if hasattr(weights, "detach"):  # torch.Tensor
+        if weights.device.type == "meta":
+            raise ValueError("weights on the meta device have no values to draw")
+        if weights.ndim != 2 or weights.is_complex():
+            raise ValueError(
+                "expected real weights of shape (num_queries, num_keys), "
+                f"got {weights.dtype} of shape {tuple(weights.shape)}: select one matrix, "
+                "e.g. attn_weights[0, head]"
+            )
+        weights = weights.detach().cpu().tolist()
+    elif hasattr(weights, "tolist"):  # numpy array
+        weights = weights.tolist()
+    if not (
+        isinstance(weights, list | tuple)
+        and weights
+        and all(isinstance(row, list | tuple) and len(row) == len(weights[0]) for row in weights)
+        and weights[0]
+    ):
+        raise ValueError(
+            f"expected a non-empty 2-D matrix (num_queries, num_keys), got {weights!r:.60}"
+        )
+    try:
+        return [[float(v) for v in row] for row in weights]
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a 2-D matrix of numbers, got {weights!r:.60}") from None
+
+
+def _numbers(name: str, values: Any) -> list[float]:
+    """`values` as a list of floats, or a TypeError naming `name`."""
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of real numbers, got {values!r:.40}") from None
+
+
+def _check_labels(
+    rows: list[list[float]],
+    query_labels: Sequence[str],
+    key_labels: Sequence[str] | None,
+    max_side: int,
+) -> Sequence[str]:
+    """`key_labels` (default `query_labels`), after checking one label per row and column."""
+    num_queries, num_keys = len(rows), len(rows[0])
+    if max(num_queries, num_keys) > max_side:
+        raise ValueError(
+            f"a heatmap draws one labelled cell per weight: ({num_queries}, {num_keys}) is too "
+            f"many to read (at most {max_side} per side); pass a slice, e.g. "
+            f"weights[:{max_side // 2}, :{max_side // 2}]"
+        )
+    key_labels = query_labels if key_labels is None else key_labels
+    for name, labels, n, what in (
+        ("query_labels", query_labels, num_queries, "row"),
+        ("key_labels", key_labels, num_keys, "column"),
+    ):
+        if isinstance(labels, str) or not isinstance(labels, Sequence):
+            raise TypeError(f"{name} must be a sequence of strings, got {labels!r:.40}")
+        if len(labels) != n:
+            raise ValueError(
+                f"expected {n} {name} (one per {what} of weights ({num_queries}, {num_keys})), "
+                f"got {len(labels)}"
+            )
+    return key_labels
+
+
+def _cell(
+    ax: Axes, i: int, j: int, tip: str | None, tooltips: dict[str, str], **style: Any
+) -> None:
+    """One matrix cell at row `i`, column `j`, with its hover tooltip (none if `tip` is None)."""
+    from matplotlib.patches import Rectangle
+
+    patch = Rectangle((j - 0.5, i - 0.5), 1, 1, **style)
+    if tip is not None:
+        gid = f"attn-cell-{next(_cell_ids)}"
+        patch.set_gid(gid)
+        tooltips[gid] = tip
+    ax.add_patch(patch)

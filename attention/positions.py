@@ -32,12 +32,15 @@ Examples:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from attention.checks import check_size, check_tensor
 
 __all__ = [
+    "RotaryTable",
     "apply_rope",
     "apply_rope_interleaved",
     "rope_angles",
@@ -93,8 +96,8 @@ def rope_frequencies(
         tensor([1.0000, 0.1000])
     """
     check_size("head_dim", head_dim)
-    if not (isinstance(base, int | float) and not isinstance(base, bool) and base > 1):
-        raise ValueError(f"rope_base must be a number > 1, got {base!r}")
+    if not (isinstance(base, int | float) and not isinstance(base, bool) and 1 < base < math.inf):
+        raise ValueError(f"rope_base must be a finite number > 1, got {base!r}")
     exponents = torch.arange(0, head_dim - 1, 2, dtype=torch.float64) / head_dim  # 2i / d_h
     return (base**-exponents).to(dtype)  # (d_h / 2,), computed in float64
 
@@ -226,3 +229,53 @@ def apply_rope_interleaved(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     x_even, x_odd = x[..., 0::2], x[..., 1::2]  # (..., T, d_h/2) each
     out = torch.stack((x_even * c - x_odd * s, x_even * s + x_odd * c), dim=-1)
     return out.flatten(-2)  # interleave back: (..., T, d_h)
+
+
+class RotaryTable:
+    r"""The cos and sin of $m\,\theta_i$ for positions $m = 0, 1, \dots$, made once and reused.
+
+    A module with RoPE keeps one. The first call for a device and dtype builds the table for
+    the positions it needs (at least 256, rounded up to a power of two); later calls slice it,
+    and a position beyond it doubles it. Each entry is computed in float64 before the cast,
+    as [`rope_angles`][attention.positions.rope_angles] computes it, so both give the same
+    numbers. Inner helper: it checks nothing.
+
+    Args:
+        head_dim: $d_h$, even.
+        base: RoPE's base.
+
+    Examples:
+        >>> table = RotaryTable(head_dim=4, base=100.0)
+        >>> cos, sin = table.angles(3, 2, torch.device("cpu"), torch.float32)  # positions 3, 4
+        >>> torch.equal(sin, rope_angles(2, 4, base=100.0, offset=3)[1])
+        True
+        >>> x = torch.randn(1, 2, 5, 4)  # (b, h, T, d_h)
+        >>> torch.allclose(table.rotate(x, start=0), apply_rope(x, *rope_angles(5, 4, 100.0)))
+        True
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+        self.theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h/2,)
+        self._tables: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+
+    def angles(
+        self, start: int, num_tokens: int, device: torch.device, dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor]:
+        """`(cos, sin)` at positions `start ... start + num_tokens - 1`, `(num_tokens, d_h)`."""
+        end = start + num_tokens
+        table = self._tables.get((device, dtype))
+        if table is None or table[0].shape[0] < end:
+            size = max(256, 1 << max(end - 1, 1).bit_length())
+            positions = torch.arange(size, dtype=torch.float64)  # m: (N,)
+            angles = positions[:, None] * self.theta  # m * theta_i: (N, d_h/2)
+            angles = torch.cat((angles, angles), dim=-1)  # (N, d_h): pair (i, i + d_h/2)
+            table = (angles.cos().to(device=device, dtype=dtype),
+                     angles.sin().to(device=device, dtype=dtype))  # fmt: skip
+            self._tables[(device, dtype)] = table
+        return table[0][start:end], table[1][start:end]
+
+    def rotate(self, x: Tensor, start: int) -> Tensor:
+        """`x` (`(..., T, d_h)`) rotated at positions `start ... start + T - 1`."""
+        cos, sin = self.angles(start, x.shape[-2], x.device, x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # x cos + rotate_half(x) sin

@@ -7,6 +7,7 @@ with. Nothing here is needed to use the modules.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -17,7 +18,7 @@ from torch import Tensor, nn
 
 from attention.multihead import MultiHeadAttention
 
-__all__ = ["KernelCall", "padding_mask", "sdpa_calls", "to_torch_mha"]
+__all__ = ["KernelCall", "padding_mask", "reference_attention", "sdpa_calls", "to_torch_mha"]
 
 
 def padding_mask(
@@ -182,3 +183,73 @@ def sdpa_calls() -> Iterator[list[KernelCall]]:
         yield calls
     finally:
         F.scaled_dot_product_attention = original
+
+
+def reference_attention(
+    mha: MultiHeadAttention,
+    x: Tensor,
+    key_padding_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
+) -> Tensor:
+    """What `mha(x, key_padding_mask, document_ids=...)` must compute, written from the definition.
+
+    Independent of the package's code paths: one query head and one query at a time, the
+    visibility of each key decided by the rule's own words (in the past, within the window or
+    a sink, same document, not padding), RoPE as complex multiplication, each query head
+    reading key/value head `i // group`, the sink logit as one more term of the softmax.
+    Slow (Python loops over queries): for tests, at a few tokens, in float64.
+
+    Args:
+        mha: the module whose weights and configuration it uses.
+        x: `(batch, num_tokens, d_in)`.
+        key_padding_mask: `(batch, num_tokens)` bool, True = padding, or None.
+        document_ids: `(batch, num_tokens)` ints, or None.
+
+    Returns:
+        `(batch, num_tokens, d_out)`.
+    """
+    b, n, _ = x.shape
+    h, h_kv, d = mha.num_heads, mha.num_kv_heads, mha.head_dim
+    pad = torch.zeros(b, n, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
+    docs = torch.zeros(b, n, dtype=torch.long) if document_ids is None else document_ids
+    x = x.masked_fill(pad[..., None], 0.0)  # a padded input is never read
+
+    def project(linear: nn.Linear, heads: int) -> Tensor:
+        out = x @ linear.weight.T + (0 if linear.bias is None else linear.bias)
+        return out.view(b, n, heads, d).transpose(1, 2)  # (b, heads, n, d)
+
+    q, k, v = project(mha.W_query, h), project(mha.W_key, h_kv), project(mha.W_value, h_kv)
+    if mha.rope:  # pair (j, j + d/2) as one complex number, turned by e^{i m theta_j}
+        theta = mha.rope_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        turn = torch.polar(torch.ones(n, d // 2, dtype=torch.float64),
+                           torch.arange(n, dtype=torch.float64)[:, None] * theta)  # fmt: skip
+        turn = turn.to(x.dtype if x.dtype != torch.float64 else torch.complex128)
+
+        def rotate(t: Tensor) -> Tensor:
+            z = torch.complex(t[..., : d // 2], t[..., d // 2 :]) * turn
+            return torch.cat((z.real, z.imag), dim=-1)
+
+        q, k = rotate(q), rotate(k)
+
+    def sees(row: int, i: int, j: int) -> bool:
+        if mha.causal and j > i:
+            return False  # the future
+        if mha.window is not None and i - j >= mha.window and j >= mha.sinks:
+            return False  # too far back, and not a sink
+        return bool(docs[row, i] == docs[row, j]) and not bool(pad[row, j])
+
+    context = torch.zeros(b, h, n, d, dtype=x.dtype)
+    group = h // h_kv  # query head i reads key/value head i // group
+    for row in range(b):
+        seen = torch.tensor([[sees(row, i, j) for j in range(n)] for i in range(n)])  # (n, n)
+        seen[pad[row]] = False  # a padded query attends to nothing: zero
+        for head in range(h):
+            g = head // group
+            scores = q[row, head] @ k[row, g].T / math.sqrt(d)  # (n, n)
+            scores = scores.masked_fill(~seen, -math.inf)
+            if mha.sink_logits is not None:  # one more term: a key with the sink's logit, V 0
+                sink = mha.sink_logits[head].to(x.dtype).expand(n, 1)
+                scores = torch.cat((scores, sink), dim=1)
+            weights = torch.softmax(scores, dim=1)[:, :n].nan_to_num(0.0)  # (n, n)
+            context[row, head] = weights.masked_fill(~seen, 0.0) @ v[row, g]
+    return context.transpose(1, 2).reshape(b, n, h * d) @ mha.out_proj.weight.T + mha.out_proj.bias

@@ -87,7 +87,11 @@ def test_cached_equals_uncached_chunk_by_chunk(
         start = 0
         for n in chunks:
             part = x[:, start : start + n]
-            if need_weights:
+            if need_weights and cache.ring:  # columns: the ring's slots and the chunk
+                out, weights = mha(part, need_weights=True, cache=cache)
+                assert weights.shape[:3] == (3, H, n) and weights.shape[3] <= window + n
+                assert_close(weights.sum(-1), torch.ones(3, H, n, dtype=weights.dtype))
+            elif need_weights:
                 out, weights = mha(part, need_weights=True, cache=cache)
                 assert weights.shape == (3, H, n, start + n)
                 assert_close(
@@ -168,9 +172,9 @@ def test_sampling_top_k_and_eos() -> None:
     ("call", "error", "match"),
     [
         (lambda m, c: m(torch.randn(2, 5, D, dtype=torch.float64), cache=c), ValueError,
-         r"the cache was made for batch_size=3, got a batch of 2"),
+         r"cache was made for batch_size=3, got a batch of 2"),
         (lambda m, c: [m(torch.randn(3, 6, D, dtype=torch.float64), cache=c) for _ in range(2)],
-         ValueError, r"the cache holds 6 of max_tokens=8 tokens: 6 more do not fit"),
+         ValueError, r"cache holds 6 of max_tokens=8 tokens: 6 more do not fit"),
         (lambda m, c: m.init_cache(3, max_tokens=CONTEXT + 1), ValueError,
          r"max_tokens=25 is longer than context_length=24"),
         (lambda m, c: MultiHeadAttention(D, D, CONTEXT, 0.0, H, causal=False).init_cache(1), ValueError,
@@ -219,3 +223,39 @@ def test_generation_argument_errors() -> None:
         ValueError, match=r"0 cached \+ 9 new tokens is longer than context_length=8"
     ):
         model(torch.zeros(1, 9, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    "cfg_extra", [{}, {"rope_base": 10000.0, "window": 4, "n_kv_heads": 2, "sinks": 1}]
+)
+def test_a_decode_step_compiles_to_one_graph(cfg_extra: dict[str, object]) -> None:
+    """No graph break (no host synchronisation, no data-dependent Python branch) in a decode
+    step: `fullgraph=True` refuses any. The compiled step equals the eager one."""
+    torch._dynamo.reset()
+    cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
+           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False, **cfg_extra}  # fmt: skip
+    model = GPTModel(cfg).eval()
+    prompt, token = torch.randint(0, 50, (2, 6)), torch.randint(0, 50, (2, 1))
+    step = torch.compile(model.logits, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        eager_caches, compiled_caches = model.init_caches(2), model.init_caches(2)
+        model.logits(prompt, eager_caches)
+        model.logits(prompt, compiled_caches)
+        assert_close(step(token, compiled_caches), model.logits(token, eager_caches))
+    assert compiled_caches[0].length == eager_caches[0].length == 7
+
+
+@pytest.mark.slow
+def test_a_decode_step_compiles_with_inductor() -> None:
+    torch._dynamo.reset()
+    cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
+           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10000.0}  # fmt: skip
+    model = GPTModel(cfg).eval()
+    prompt, token = torch.randint(0, 50, (2, 6)), torch.randint(0, 50, (2, 1))
+    step = torch.compile(model.logits, fullgraph=True)
+    with torch.no_grad():
+        eager_caches, compiled_caches = model.init_caches(2), model.init_caches(2)
+        model.logits(prompt, eager_caches)
+        model.logits(prompt, compiled_caches)
+        assert_close(step(token, compiled_caches), model.logits(token, eager_caches),
+                     atol=1e-5, rtol=1e-5)  # fmt: skip

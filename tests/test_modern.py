@@ -1,15 +1,15 @@
 """Grouped-query heads, sliding windows and RoPE in the production module, against a reference.
 
-The reference below is written independently of the package, in float64, one head at a time:
-RoPE through complex numbers, the window and padding as explicit index rules, each query head
-reading its key/value head by `i // group`. Every path of the module (fused, explicit) must
-equal it, in outputs and gradients, in every combination, with every padding layout.
+The reference (`attention.testing.reference_attention`) is written independently of the
+package's paths, in float64, one head at a time: RoPE through complex numbers, the window and
+padding as explicit index rules, each query head reading its key/value head by `i // group`.
+Every path of the module (fused, explicit) must equal it, in outputs and gradients, in every
+combination, with every padding layout.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 
 import pytest
@@ -17,9 +17,9 @@ import torch
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
-from attention.fused import attention_mask, fused_attention, right_padded, rotate_tokens
 from attention.positions import apply_rope, rope_angles, rotate_half
-from attention.testing import padding_mask, sdpa_calls, to_torch_mha
+from attention.testing import padding_mask, reference_attention, sdpa_calls, to_torch_mha
+from attention.visibility import Visibility
 
 B, T, D_IN, H = 3, 11, 6, 4
 HEAD_DIM = 4
@@ -40,45 +40,7 @@ def layout(kind: str) -> torch.Tensor | None:
 def reference(
     mha: MultiHeadAttention, x: torch.Tensor, padding: torch.Tensor | None
 ) -> torch.Tensor:
-    """The module's function, written out per head with index rules (float64 in, out)."""
-    b, n, _ = x.shape
-    h, h_kv, d = mha.num_heads, mha.num_kv_heads, mha.head_dim
-    pad = torch.zeros(b, n, dtype=torch.bool) if padding is None else padding
-    x = x.masked_fill(pad[..., None], 0.0)
-
-    def project(linear: torch.nn.Linear, heads: int) -> torch.Tensor:
-        out = x @ linear.weight.T + (0 if linear.bias is None else linear.bias)
-        return out.view(b, n, heads, d).transpose(1, 2)  # (b, heads, n, d)
-
-    q, k, v = project(mha.W_query, h), project(mha.W_key, h_kv), project(mha.W_value, h_kv)
-    if mha.rope:  # pair (j, j + d/2) as one complex number, turned by e^{i m theta_j}
-        theta = mha.rope_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-        turn = torch.polar(torch.ones(n, d // 2, dtype=torch.float64),
-                           torch.arange(n, dtype=torch.float64)[:, None] * theta)  # fmt: skip
-
-        def rotate(t: torch.Tensor) -> torch.Tensor:
-            z = torch.complex(t[..., : d // 2], t[..., d // 2 :]) * turn
-            return torch.cat((z.real, z.imag), dim=-1)
-
-        q, k = rotate(q), rotate(k)
-    i = torch.arange(n)[:, None]
-    j = torch.arange(n)[None, :]
-    hidden = torch.zeros(n, n, dtype=torch.bool)
-    if mha.causal:
-        hidden |= j > i
-    if mha.window is not None:
-        hidden |= j <= i - mha.window
-    heads = []
-    for head in range(h):
-        g = head // (h // h_kv)
-        scores = q[:, head] @ k[:, g].transpose(-2, -1) / math.sqrt(d)  # (b, n, n)
-        masked = hidden | pad[:, None, :]  # (b, n, n)
-        scores = scores.masked_fill(masked, -math.inf)
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-        weights = weights.masked_fill(pad[:, :, None], 0.0)  # a padded query attends to nothing
-        heads.append(weights @ v[:, g])  # (b, n, d)
-    context = torch.cat(heads, dim=-1)  # (b, n, h * d)
-    return context @ mha.out_proj.weight.T + mha.out_proj.bias
+    return reference_attention(mha, x, padding)
 
 
 CASES = [
@@ -181,14 +143,15 @@ def test_window_of_one_sees_only_itself_and_a_wide_window_is_no_window() -> None
 
 
 def test_a_long_window_builds_no_t_by_t_mask() -> None:
-    """At T = 2,048 with a window of 64, the kernel gets (blocks, 1, 64, 128) masks only."""
+    """At T = 2,048 with a window of 64, the kernel gets one (64, <= 127) mask per block."""
     mha = MultiHeadAttention(16, 16, 4096, 0.0, 2, window=64, num_kv_heads=1, rope=True)
     with torch.no_grad(), sdpa_calls() as calls:
         mha(torch.randn(1, 2048, 16))
         mha(torch.randn(1, 2048, 16), padding_mask([1500], 2048, side="left"))
-    assert len(calls) == 2
-    for call in calls:
-        assert call.mask_shape == (2048 // 64, 1, 64, 128)
+    assert len(calls) == 2 * 2048 // 64
+    shapes = [call.mask_shape for call in calls]
+    assert shapes[:3] == [(64, 64), (64, 127), (64, 127)]  # block 0 sees only itself
+    assert shapes[32:35] == [(1, 1, 64, 64), (1, 1, 64, 127), (1, 1, 64, 127)]  # padding
 
 
 @pytest.mark.parametrize(
@@ -201,7 +164,10 @@ def test_a_long_window_builds_no_t_by_t_mask() -> None:
         ({"window": 0}, ValueError, r"window must be >= 1, got 0"),
         ({"window": 4, "causal": False}, ValueError, r"a sliding window needs causal=True"),
         ({"rope": "yes"}, TypeError, r"rope must be True or False"),
-        ({"rope": True, "rope_base": 1.0}, ValueError, r"rope_base must be a number > 1, got 1.0"),
+        ({"rope": True, "rope_base": 1.0}, ValueError, r"rope_base must be a finite number > 1, got 1.0"),
+        ({"rope": True, "rope_base": float("inf")}, ValueError, r"rope_base must be a finite number > 1, got inf"),
+        ({"sinks": 2}, ValueError, r"sinks=2 needs a window"),
+        ({"sink_logit": 1}, TypeError, r"sink_logit must be True or False"),
     ],
 )  # fmt: skip
 def test_bad_combinations_name_themselves(
@@ -248,9 +214,6 @@ def test_published_shapes_and_their_cache() -> None:
     assert PUBLISHED["Llama 3 8B"].num_kv_heads * 4 == PUBLISHED["Llama 2 7B"].num_kv_heads
 
 
-Q3, KV2 = torch.zeros(1, 3, 4, 2), torch.zeros(1, 2, 4, 2)  # 3 query heads, 2 kv heads
-
-
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
@@ -258,10 +221,9 @@ Q3, KV2 = torch.zeros(1, 3, 4, 2), torch.zeros(1, 2, 4, 2)  # 3 query heads, 2 k
         (lambda: rope_angles(3, 4, offset=-2), ValueError, r"offset must be >= 0, got -2"),
         (lambda: rotate_half(torch.tensor([1.0, 2.0, 3.0])), ValueError, r"even last dimension"),
         (lambda: apply_rope(torch.zeros(3, 8), torch.ones(3, 8), None), TypeError, r"sin must be a torch.Tensor"),
-        (lambda: attention_mask(4, causal=False, window=2), ValueError, r"a sliding window needs causal=True"),
-        (lambda: fused_attention(Q3, KV2, KV2, causal=True), ValueError, r"queries need a multiple of the key/value heads"),
-        (lambda: rotate_tokens(torch.zeros(2, 4), torch.tensor([1])), ValueError, r"shift must hold one integer per row"),
-        (lambda: right_padded(torch.zeros(4, dtype=torch.bool)), ValueError, r"key_padding_mask must have 2 dimensions"),
+        (lambda: Visibility(causal=False, window=2), ValueError, r"a sliding window needs causal=True"),
+        (lambda: Visibility(sinks=2), ValueError, r"sinks=2 needs a window"),
+        (lambda: Visibility(window=4, sinks=-1), ValueError, r"sinks must be >= 0, got -1"),
         (lambda: padding_mask([1.5], 3), TypeError, r"lengths must be a sequence of ints"),
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, num_kv_heads=1)), ValueError, r"no grouped heads"),
     ],

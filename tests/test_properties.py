@@ -133,10 +133,13 @@ def test_left_padding_and_all_padding_never_give_nan(need_weights: bool) -> None
     # key under the causal mask anyway), so their output is out_proj's bias alone.
     assert_close(out[0, :2], mha.out_proj.bias.detach().expand(2, D_OUT))
     # An all-padding sequence too, causal or not.
-    for causal in (True, False):
-        mha.causal = causal
+    encoder = MultiHeadAttention(D_IN, D_OUT, CONTEXT, 0.0, H, causal=False)
+    encoder.load_state_dict(mha.state_dict())
+    for module in (mha, encoder):  # causal or not
         all_padding = torch.tensor([[True] * 5, [False] * 4 + [True]])
-        out = mha(x, all_padding, need_weights=True)[0] if need_weights else mha(x, all_padding)
+        out = (
+            module(x, all_padding, need_weights=True)[0] if need_weights else module(x, all_padding)
+        )
         assert torch.isfinite(out).all()
         assert_close(out[0], mha.out_proj.bias.detach().expand(5, D_OUT))
 

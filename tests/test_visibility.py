@@ -1,0 +1,226 @@
+"""One definition of what a query sees: every path and configuration against the definition.
+
+`attention.testing.reference_attention` decides each (query, key) pair by the rule's own words,
+one query at a time. The module must equal it in float64 for every combination of grouped
+heads, window, sinks, RoPE, a learned sink logit, padding and documents: uncached (fused and
+explicit), cached in chunks, and one token at a time, across a ring buffer's wrap too.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attention import MultiHeadAttention
+from attention.cache import KVCache
+from attention.testing import padding_mask, reference_attention, sdpa_calls
+from attention.visibility import Visibility, chunk_mask, segments, visible
+
+B, T, D_IN, H, HEAD_DIM = 2, 11, 6, 4, 4
+ATOL = 1e-10
+
+# (num_kv_heads, window, sinks, rope)
+CONFIGS = [
+    (kv, window, sinks, rope)
+    for kv, (window, sinks), rope in itertools.product(
+        [H, 1], [(None, 0), (3, 0), (3, 2), (5, 1)], [False, True]
+    )
+]
+DATA = ["none", "right", "left", "holes", "documents", "documents+left"]
+
+
+def inputs(kind: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(key_padding_mask, document_ids) of a batch of two rows of T tokens."""
+    padding = documents = None
+    if "right" in kind:
+        padding = padding_mask([T, T - 4], T)
+    if "left" in kind:
+        padding = padding_mask([T - 2, T - 5], T, side="left")
+    if kind == "holes":
+        padding = torch.zeros(B, T, dtype=torch.bool)
+        padding[1, 1::3] = True
+    if "documents" in kind:
+        documents = torch.tensor([[0] * 4 + [1] * 7, [0] * 2 + [1] * 5 + [2] * 4])
+    return padding, documents
+
+
+def module(kv: int, window: int | None, sinks: int, rope: bool, sink: bool = False,
+           causal: bool = True) -> MultiHeadAttention:  # fmt: skip
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D_IN, H * HEAD_DIM, T, 0.0, H, qkv_bias=True, causal=causal,
+                             num_kv_heads=kv, window=window, rope=rope, sinks=sinks,
+                             sink_logit=sink).double().eval()  # fmt: skip
+    if mha.sink_logits is not None:
+        with torch.no_grad():
+            mha.sink_logits.copy_(torch.linspace(-1.0, 2.0, H))
+    return mha
+
+
+def chunks(mha: MultiHeadAttention, x: torch.Tensor, padding: torch.Tensor | None,
+           documents: torch.Tensor | None, sizes: list[int]) -> torch.Tensor:  # fmt: skip
+    """The module over `x` in chunks of `sizes`, through one cache."""
+    cache = mha.init_cache(B)
+    outs, start = [], 0
+    for size in sizes:
+        part = slice(start, start + size)
+        outs.append(
+            mha(
+                x[:, part],
+                None if padding is None else padding[:, part],
+                cache=cache,
+                document_ids=None if documents is None else documents[:, part],
+            )
+        )
+        start += size
+    assert start == x.shape[1]
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize(("kv", "window", "sinks", "rope"), CONFIGS)
+@pytest.mark.parametrize("kind", DATA)
+def test_every_configuration_equals_the_definition(
+    kv: int, window: int | None, sinks: int, rope: bool, kind: str
+) -> None:
+    sink = (kv + (window or 0) + sinks + rope + DATA.index(kind)) % 2 == 1  # half the cases
+    mha = module(kv, window, sinks, rope, sink)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    padding, documents = inputs(kind)
+    expected = reference_attention(mha, x, padding, documents)
+    fused = mha(x, padding, document_ids=documents)
+    explicit, _ = mha(x, padding, need_weights=True, document_ids=documents)
+    assert_close(fused, expected, atol=ATOL, rtol=0)
+    assert_close(explicit, expected, atol=ATOL, rtol=0)
+    for sizes in ([4, 3, 4], [1] * T, [5] + [1] * 6, [2, 9]):
+        assert_close(chunks(mha, x, padding, documents, sizes), expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", DATA)
+@pytest.mark.parametrize("kv", [H, 2])
+def test_encoder_attention_equals_the_definition(kind: str, kv: int) -> None:
+    mha = module(kv, None, 0, rope=True, sink=kv == 2, causal=False)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    padding, documents = inputs(kind)
+    expected = reference_attention(mha, x, padding, documents)
+    assert_close(mha(x, padding, document_ids=documents), expected, atol=ATOL, rtol=0)
+    weights_path, _ = mha(x, padding, need_weights=True, document_ids=documents)
+    assert_close(weights_path, expected, atol=ATOL, rtol=0)
+
+
+def test_the_rule_is_its_definition_at_every_pair() -> None:
+    for causal, window, sinks in [(True, None, 0), (False, None, 0), (True, 1, 0), (True, 3, 2)]:
+        rule = Visibility(causal=causal, window=window, sinks=sinks)
+        q, k = torch.arange(9)[:, None], torch.arange(-1, 9)[None, :]  # key -1: an empty slot
+        got = rule(q, k)
+        for i, j in itertools.product(range(9), range(-1, 9)):
+            want = j >= 0 and (not causal or j <= i)
+            if window is not None:
+                want = want and (i - j < window or j < sinks)
+            assert bool(got[i, j + 1]) == want, (causal, window, sinks, i, j)
+
+
+def test_segments_and_the_chunk_mask() -> None:
+    seg = segments(torch.tensor([[False, True, False]]), torch.tensor([[3, 3, 4]]))
+    assert seg.tolist() == [[3, -1, 4]]
+    mask = visible(Visibility(causal=False), torch.arange(3), torch.arange(3), seg, seg)
+    assert mask.shape == (1, 1, 3, 3)
+    assert mask[0, 0].tolist() == [[True, False, False], [False, False, False],
+                                   [False, False, True]]  # fmt: skip
+    assert torch.equal(
+        chunk_mask(2, 2, Visibility(window=2)),
+        torch.tensor([[True, False, False, True], [True, True, False, False]]),
+    )
+
+
+@pytest.mark.parametrize(("window", "sinks"), [(3, 0), (3, 2), (1, 1)])
+def test_a_windowed_cache_is_a_ring_of_the_window_and_wraps(window: int, sinks: int) -> None:
+    mha = module(2, window, sinks, rope=True)
+    long = MultiHeadAttention(D_IN, H * HEAD_DIM, 64, 0.0, H, qkv_bias=True, num_kv_heads=2,
+                              window=window, rope=True, sinks=sinks).double().eval()  # fmt: skip
+    long.load_state_dict(mha.state_dict())
+    x = torch.randn(1, 40, D_IN, dtype=torch.float64)  # 40 tokens: 3.6 x context_length
+    cache = mha.init_cache(1)
+    assert cache.ring and cache.slots == window + sinks and cache.max_tokens is None
+    keys = cache.keys
+    with torch.no_grad():
+        outs = [mha(x[:, :T], cache=cache)]
+        outs += [mha(x[:, i : i + 1], cache=cache) for i in range(T, 40)]
+    assert cache.keys.data_ptr() == keys.data_ptr()  # stored in place: no allocation
+    assert cache.length == 40 and sorted(cache.positions.tolist()) == sorted(
+        [*range(sinks), *range(40 - window, 40)]
+    )
+    expected = reference_attention(long, x)
+    assert_close(torch.cat(outs, dim=1), expected, atol=ATOL, rtol=0)
+
+
+def test_kernel_calls_are_the_least_the_rule_needs() -> None:
+    x = torch.randn(2, 64, 16)
+    plain = MultiHeadAttention(16, 16, 64, 0.0, 2).eval()
+    windowed = MultiHeadAttention(16, 16, 64, 0.0, 2, window=16, sinks=2).eval()
+    with torch.no_grad(), sdpa_calls() as calls:
+        plain(x)  # causal from position 0: is_causal
+        plain(x, padding_mask([64, 40], 64))  # right padding: is_causal, padded rows zeroed
+        cache = plain.init_cache(2)
+        plain(x[:, :10], cache=cache)  # prefill: is_causal
+        plain(x[:, 10:11], cache=cache)  # decode sees every key: no mask
+        plain(x[:, 11:14], cache=cache)  # a chunk after a cache: the bottom-right mask
+    assert [str(c) for c in calls] == [
+        "is_causal=True, attn_mask=None",
+        "is_causal=True, attn_mask=None",
+        "is_causal=True, attn_mask=None",
+        "is_causal=False, attn_mask=None",
+        "is_causal=False, attn_mask=torch.bool (3, 14)",
+    ]
+    with torch.no_grad(), sdpa_calls() as calls:
+        windowed(x)  # 4 blocks of 16 queries, each over its own <= 2w - 1 + sinks keys
+        cache = windowed.init_cache(2)
+        windowed(x[:, :40], cache=cache)
+        windowed(x[:, 40:41], cache=cache)  # decode over the ring: exactly the window
+    shapes = [c.mask_shape for c in calls]
+    assert shapes[:4] == [(16, 16), (16, 32), (16, 33), (16, 33)]
+    assert calls[-1].mask_shape is None and cache.slots == 18
+
+
+def test_documents_equal_each_document_alone() -> None:
+    mha = module(2, 3, 0, rope=True)
+    lengths = [4, 2, 5]
+    x = torch.randn(1, T, D_IN, dtype=torch.float64)
+    documents = torch.repeat_interleave(torch.arange(3), torch.tensor(lengths))[None]
+    packed = mha(x, document_ids=documents)
+    alone = torch.cat([mha(part) for part in x.split(lengths, dim=1)], dim=1)
+    assert_close(packed, alone, atol=ATOL, rtol=0)  # RoPE is relative: positions may differ
+
+
+def test_a_learned_sink_takes_weight_and_learns() -> None:
+    mha = module(H, None, 0, rope=False, sink=True)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    _, weights = mha(x, need_weights=True)
+    sums = weights.sum(-1)  # (b, h, T): less than 1, more so for a larger sink logit
+    assert bool((sums < 1).all()) and bool((sums[:, -1] < sums[:, 0]).all())
+    fused = mha(x)
+    fused.sum().backward()
+    grad = mha.sink_logits.grad
+    assert grad is not None and bool(torch.isfinite(grad).all()) and bool((grad != 0).all())
+
+
+def test_backward_through_several_cached_chunks_equals_uncached() -> None:
+    mha = module(2, 3, 1, rope=True)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64, requires_grad=True)
+    chunked = chunks(mha, x, None, None, [4, 3, 1, 3])
+    (chunked.square().sum()).backward()
+    got = [x.grad, *(p.grad for p in mha.parameters())]
+    x.grad = None
+    mha.zero_grad()
+    mha(x).square().sum().backward()
+    for a, b in zip(got, [x.grad, *(p.grad for p in mha.parameters())], strict=True):
+        assert a is not None and b is not None
+        assert_close(a, b, atol=ATOL, rtol=0)
+
+
+def test_cache_update_returns_views_of_its_storage() -> None:
+    cache = KVCache(1, 8, 2, 4)
+    keys, _, positions, seg = cache.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
+    assert keys.shape == (1, 2, 3, 4) and positions is None and seg is None
+    assert keys.data_ptr() == cache.keys.data_ptr()  # a view, not a copy
