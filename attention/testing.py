@@ -103,9 +103,10 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """
     if not isinstance(mha, MultiHeadAttention):
         raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
-    if mha.num_kv_heads != mha.num_heads or mha.rope or mha.window is not None:
+    if (mha.num_kv_heads != mha.num_heads or mha.rope or mha.window is not None
+            or mha.sink_logits is not None):  # fmt: skip
         raise ValueError(
-            "nn.MultiheadAttention has no grouped heads, RoPE or window: got "
+            "nn.MultiheadAttention has no grouped heads, RoPE, window or sink logit: got "
             f"num_kv_heads={mha.num_kv_heads}, rope={mha.rope}, window={mha.window}"
         )
     if mha.d_in != mha.d_out:
