@@ -209,24 +209,25 @@ def explicit_attention(
     """
     _check_values_and_mask(queries, keys, values, mask)
     d_k = keys.shape[-1]
-    # omega / sqrt(d_k) = (Q / sqrt(d_k)) K^T: scaling Q first keeps float16 scores finite
-    attn_scores = attention_scores(queries / math.sqrt(d_k), keys)  # (..., n_q, n_k)
+    # omega / sqrt(d_k) = (Q / sqrt(d_k)) K^T, in float32 for float16/bfloat16 inputs (as the
+    # fused kernels accumulate): a float16 score overflows past 65,504
+    work = _softmax_dtype(queries.dtype)
+    attn_scores = attention_scores((queries / math.sqrt(d_k)).to(work), keys.to(work))
     fully_masked = None
     if mask is not None:
         # A row with nothing to attend to would be softmax(-inf, ..., -inf) = NaN: let it
         # attend to everything here, and zero its weights afterwards.
         fully_masked = mask.all(dim=-1, keepdim=True)  # (..., n_q, 1)
         attn_scores = attn_scores.masked_fill(mask & ~fully_masked, float("-inf"))
-    # alpha = softmax(omega / sqrt(d_k) + M), each row sums to 1; the sums of exponentials are
-    # accumulated in float32 even for float16/bfloat16 scores, as the fused kernels do
-    softmax_dtype = _softmax_dtype(attn_scores.dtype)
+    # alpha = softmax(omega / sqrt(d_k) + M), each row sums to 1 (in the scores' float32 for
+    # float16/bfloat16 inputs, then cast back)
     if sink_logits is None:
-        attn_weights = torch.softmax(attn_scores, dim=-1, dtype=softmax_dtype)
+        attn_weights = torch.softmax(attn_scores, dim=-1)
     else:  # the sink's column joins the softmax, then leaves: (..., n_q, n_k + 1) -> n_k
         sink = sink_logits.to(attn_scores.dtype).expand(*attn_scores.shape[:-1], 1)
         with_sink = torch.cat((attn_scores, sink), dim=-1)
-        attn_weights = torch.softmax(with_sink, dim=-1, dtype=softmax_dtype)[..., :-1]
-    attn_weights = attn_weights.to(attn_scores.dtype)  # (..., n_q, n_k)
+        attn_weights = torch.softmax(with_sink, dim=-1)[..., :-1]
+    attn_weights = attn_weights.to(queries.dtype)  # (..., n_q, n_k)
     if fully_masked is not None:
         attn_weights = attn_weights.masked_fill(fully_masked, 0.0)
     if dropout is not None:

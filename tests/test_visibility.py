@@ -224,3 +224,16 @@ def test_cache_update_returns_views_of_its_storage() -> None:
     keys, _, positions, seg = cache.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
     assert keys.shape == (1, 2, 3, 4) and positions is None and seg is None
     assert keys.data_ptr() == cache.keys.data_ptr()  # a view, not a copy
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_weights_in_half_precision_stay_finite_where_float16_scores_would_overflow(
+    dtype: torch.dtype,
+) -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(64, 64, 32, 0.0, 4).to(dtype)
+    x = (torch.randn(2, 8, 64) * 1000).to(dtype)  # scores far beyond float16's 65,504
+    out, weights = mha(x, need_weights=True)
+    assert bool(torch.isfinite(weights).all()) and bool(torch.isfinite(out).all())
+    assert_close(weights.float().sum(-1), torch.ones(2, 4, 8), atol=1e-2, rtol=0)
+    assert_close(out.float(), mha(x).float(), atol=0.1, rtol=0.05)
