@@ -7,7 +7,14 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
 - [`attention.self_attention`][attention.self_attention]: chapter 4, `SelfAttentionV1`, `V2`.
 - [`attention.causal`][attention.causal]: chapters 6-7, `CausalAttention`.
 - [`attention.multihead`][attention.multihead]: chapters 8-9, the wrapper and the production
-  `MultiHeadAttention`.
+  `MultiHeadAttention`: one forward (project, rotate, cache, attend, merge).
+- [`attention.visibility`][attention.visibility]: which keys a query may see (causal, window,
+  sinks, padding, documents): the one definition every mask and kernel choice derives from.
+- [`attention.fused`][attention.fused]: the least the fused kernel needs for each case.
+- [`attention.cache`][attention.cache]: the key/value cache, linear or a ring buffer.
+- [`attention.positions`][attention.positions], [`attention.sinks`][attention.sinks]: RoPE
+  and attention sinks.
+- [`attention.gpt`][attention.gpt]: the book's GPT on this attention, and generation.
 - [`attention.text`][attention.text]: chapter 2, the input pipeline: the offline GPT-2
   tokenizer, sliding-window batches, token + position embeddings.
 - [`attention.rnn`][attention.rnn] and [`attention.copy_task`][attention.copy_task]: chapter 1,

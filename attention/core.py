@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from attention.checks import check_flag, check_size, check_tensor
+from attention.sinks import softmax_with_sink
 from attention.visibility import Visibility
 
 __all__ = [
@@ -223,10 +224,8 @@ def explicit_attention(
     # float16/bfloat16 inputs, then cast back)
     if sink_logits is None:
         attn_weights = torch.softmax(attn_scores, dim=-1)
-    else:  # the sink's column joins the softmax, then leaves: (..., n_q, n_k + 1) -> n_k
-        sink = sink_logits.to(attn_scores.dtype).expand(*attn_scores.shape[:-1], 1)
-        with_sink = torch.cat((attn_scores, sink), dim=-1)
-        attn_weights = torch.softmax(with_sink, dim=-1)[..., :-1]
+    else:  # one more term in each row: attention.sinks
+        attn_weights = softmax_with_sink(attn_scores, sink_logits)
     attn_weights = attn_weights.to(queries.dtype)  # (..., n_q, n_k)
     if fully_masked is not None:
         attn_weights = attn_weights.masked_fill(fully_masked, 0.0)

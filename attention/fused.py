@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention.sinks import with_sink
 from attention.visibility import Visibility, visible
 
 __all__ = ["fused_attention", "sdpa", "sliding_window_attention"]
@@ -143,38 +144,13 @@ def sdpa(
     """
     gqa = queries.shape[1] != keys.shape[1]
     if sink_logits is not None:
-        queries, keys, values, mask = _with_sink(queries, keys, values, mask, is_causal,
+        queries, keys, values, mask = with_sink(queries, keys, values, mask, is_causal,
                                                  sink_logits)  # fmt: skip
         is_causal = False
     return F.scaled_dot_product_attention(
         queries, keys, values, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
         enable_gqa=gqa,
     )  # fmt: skip
-
-
-def _with_sink(
-    queries: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    mask: Tensor | None,
-    is_causal: bool,
-    sink_logits: Tensor,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Append a zero key and value, and a float mask: 0 / -inf for the tokens, s for the sink."""
-    b, h, num_tokens, _ = queries.shape
-    num_keys = keys.shape[-2]
-    if is_causal:
-        mask = torch.ones(num_tokens, num_keys, dtype=torch.bool, device=queries.device).tril()
-    bias = torch.zeros((), dtype=queries.dtype, device=queries.device)
-    if mask is not None:
-        bias = torch.where(mask, bias, float("-inf"))  # (..., T, S)
-    bias = bias.expand(b, h, num_tokens, num_keys)
-    # the kernel adds the mask after scaling q.k: the zero key's score is exactly s
-    sink = sink_logits.to(queries.dtype)[None, :, None, None].expand(b, h, num_tokens, 1)
-    zero = keys.new_zeros(b, keys.shape[1], 1, keys.shape[-1])
-    keys = torch.cat((keys, zero), dim=-2)  # (b, h_kv, S + 1, d_h)
-    values = torch.cat((values, zero[..., : values.shape[-1]]), dim=-2)
-    return queries, keys, values, torch.cat((bias, sink), dim=-1)  # (b, h, T, S + 1)
 
 
 def sliding_window_attention(

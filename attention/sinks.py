@@ -1,0 +1,89 @@
+r"""Attention sinks: somewhere for a head's weight to go that is not a recent token.
+
+A softmax must spend all of a query's weight, and trained heads with nothing to read learn to
+park it on tokens every query can see, usually the first ones. Two ways to give them such a
+place:
+
+- **sink tokens** (StreamingLLM, Xiao et al. 2023): with a sliding window, the first $k$
+  tokens stay visible to every query, $j \le i \wedge (i - j < w \vee j < k)$. This is a
+  clause of the visibility rule ([`Visibility(sinks=k)`][attention.visibility.Visibility]),
+  and a ring-buffer cache keeps those $k$ beside the last $w$
+  ([`KVCache`][attention.cache.KVCache]).
+- **a learned sink logit** (gpt-oss): each head $h$ learns a logit $s_h$ for a "key" that is
+  always visible and carries no value, so its weights may sum to less than 1:
+
+$$
+\alpha_{ij} = \frac{e^{\omega_{ij}}}{e^{s_h} + \sum_{j'} e^{\omega_{ij'}}}.
+$$
+
+This module holds the second: [`softmax_with_sink`][attention.sinks.softmax_with_sink] for
+the explicit path and [`with_sink`][attention.sinks.with_sink] for the fused kernel, which has
+no such term and gets it as one more key.
+
+Examples:
+    >>> scores = torch.tensor([[0.0, 0.0]])  # one query, two keys, equal scores
+    >>> softmax_with_sink(scores, torch.tensor(0.0))  # the sink takes a third
+    tensor([[0.3333, 0.3333]])
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["softmax_with_sink", "with_sink"]
+
+
+def softmax_with_sink(scores: Tensor, sink_logits: Tensor) -> Tensor:
+    """Softmax over the last dimension with one more term, $e^{s}$, that takes no key.
+
+    Args:
+        scores: `(..., num_queries, num_keys)`, masked entries at $-\\infty$.
+        sink_logits: broadcastable to `(..., num_queries, 1)`.
+
+    Returns:
+        The weights, `scores`' shape; each row sums to less than 1.
+    """
+    sink = sink_logits.to(scores.dtype).expand(*scores.shape[:-1], 1)
+    with_sink = torch.cat((scores, sink), dim=-1)  # (..., n_q, n_k + 1)
+    return torch.softmax(with_sink, dim=-1)[..., :-1]  # the sink's column leaves
+
+
+def with_sink(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor | None,
+    is_causal: bool,
+    sink_logits: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The kernel's inputs with a sink: a zero key and value appended, and a float mask.
+
+    The mask holds 0 where a query sees a token, $-\\infty$ where it does not, and $s$ (each
+    head's sink logit) in the sink's column.
+
+    Args:
+        queries: `(b, h, T, d_h)`.
+        keys: `(b, h_kv, S, d_h)`.
+        values: `(b, h_kv, S, d_v)`.
+        mask: bool, True = may attend, broadcastable to `(b, h, T, S)`, or None.
+        is_causal: the mask is the top-left causal triangle instead.
+        sink_logits: `(h,)`.
+
+    Returns:
+        `(queries, keys, values, mask)`: keys and values `S + 1` long, mask `(b, h, T, S + 1)`.
+    """
+    b, h, num_tokens, _ = queries.shape
+    num_keys = keys.shape[-2]
+    if is_causal:
+        mask = torch.ones(num_tokens, num_keys, dtype=torch.bool, device=queries.device).tril()
+    bias = torch.zeros((), dtype=queries.dtype, device=queries.device)
+    if mask is not None:
+        bias = torch.where(mask, bias, float("-inf"))  # (..., T, S)
+    bias = bias.expand(b, h, num_tokens, num_keys)
+    # the kernel adds the mask after scaling q.k: the zero key's score is exactly s
+    sink = sink_logits.to(queries.dtype)[None, :, None, None].expand(b, h, num_tokens, 1)
+    zero = keys.new_zeros(b, keys.shape[1], 1, keys.shape[-1])
+    keys = torch.cat((keys, zero), dim=-2)  # (b, h_kv, S + 1, d_h)
+    values = torch.cat((values, zero[..., : values.shape[-1]]), dim=-2)
+    return queries, keys, values, torch.cat((bias, sink), dim=-1)  # (b, h, T, S + 1)
