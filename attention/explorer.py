@@ -120,14 +120,16 @@ def explorer_data(
         raise ValueError(f"decimals must be in 1 .. 6, got {decimals}")
     atts = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]  # one per layer
     causal, window = bool(atts[0].causal), atts[0].window
-    if any(att.causal != causal or att.window != window for att in atts):
+    if any(att.rule != atts[0].rule for att in atts):
         raise ValueError("every layer of model must have the same causal mask and window")
     out: list[dict[str, Any]] = []
     for name, idx in sentences.items():
         tokens = _labels(name, _ids(model, name, idx), labels)
         scores = attention_scores(model, idx)[:, 0]  # (n_layers, n_heads, T, T)
         rounded = torch.round(scores.double(), decimals=decimals) + 0.0  # + 0.0: no -0.0
-        out.append({"name": name, "tokens": tokens, "scores": rounded.tolist()})
+        hidden = atts[0].mask(len(tokens))  # (T, T), the layers' one rule: True = hidden
+        rows = ["".join("1" if h else "0" for h in row) for row in hidden.tolist()]
+        out.append({"name": name, "tokens": tokens, "scores": rounded.tolist(), "hidden": rows})
     return {
         "n_layers": len(atts),
         "n_heads": atts[0].num_heads,
@@ -215,10 +217,9 @@ def explorer_weights(
     causal = data["causal"] if causal is None else check_flag("causal", causal)
     scores = torch.tensor(data["sentences"][sentence]["scores"], dtype=torch.float64)
     scores = scores / temperature  # (L, H, T, T)
-    if causal:
-        from attention.core import causal_mask
-
-        mask = causal_mask(scores.shape[-1], window=data["window"])  # (T, T): True = hidden
+    if causal:  # the model's own mask, as the page holds it: "1" = hidden
+        rows = data["sentences"][sentence]["hidden"]
+        mask = torch.tensor([[c == "1" for c in row] for row in rows])  # (T, T)
         scores = scores.masked_fill(mask, float("-inf"))
     return torch.softmax(scores, dim=-1)
 

@@ -3,8 +3,8 @@
  *
  * The element holds, as embedded JSON, the scaled scores S = QK^T / sqrt(d_h) that the site's
  * build computed for every layer, head and sentence (attention.explorer.explorer_data). This
- * script computes one step only: weights = softmax(S / temperature), with the causal mask
- * (-inf above the diagonal, and beyond the window if the model has one) when it is on. It
+ * script computes one step only: weights = softmax(S / temperature), with the model's mask
+ * (-inf where the build's visibility rule hides a key, embedded as "hidden") when it is on. It
  * fetches nothing. The explorer's state is mirrored in data attributes of the root element
  * for tests/browser/check_site.py: data-sentence (its name), data-layer, data-head, data-query
  * and data-key (indices from 0, as in the data; the page counts layers and heads from 1),
@@ -111,8 +111,9 @@
 
     let cells = [], tokens = [], rowLabels = [], colLabels = [], rowMark, colMark, current;
 
-    const hidden = (i, j) =>
-      state.causal && (j > i || (data.window != null && i - j >= data.window));
+    /* The mask is the model's own (data.sentences[s].hidden, "1" = hidden), computed in
+       Python by the layers' visibility rule: the page never re-derives it. */
+    const hidden = (i, j) => state.causal && data.sentences[state.sentence].hidden[i][j] === "1";
 
     /* The sentence changed: rebuild the strip and the grid for its T tokens. */
     function build() {

@@ -215,8 +215,7 @@ def softmax_row(info: dict) -> list[float | None]:
     sentence = next(s for s in data["sentences"] if s["name"] == state["sentence"])
     i, tau = int(state["query"]), float(state["temperature"])
     row = sentence["scores"][int(state["layer"])][int(state["head"])][i]
-    window = data["window"]
-    hidden = [state["causal"] == "true" and (j > i or (window and i - j >= window))
+    hidden = [state["causal"] == "true" and sentence["hidden"][i][j] == "1"
               for j in range(len(row))]  # fmt: skip
     top = max(v / tau for v, h in zip(row, hidden, strict=True) if not h)
     e = [0.0 if h else math.exp(v / tau - top) for v, h in zip(row, hidden, strict=True)]
