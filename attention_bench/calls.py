@@ -51,13 +51,13 @@ def decode_calls(model: GPTModel, prompt_tokens: int = 8) -> dict[str, float]:
         `{"step": ..., "per_layer": step / n_layers, "attention": ...}`, the last for one
         block's `MultiHeadAttention.attend` on its own.
     """
-    blocks = list(model.trf_blocks)
+    blocks: list[TransformerBlock] = list(model.trf_blocks)  # type: ignore[arg-type]
     with torch.no_grad():
         caches = model.init_caches(1, prompt_tokens + 2)
         model.logits(torch.zeros(1, prompt_tokens, dtype=torch.long), caches)
         token = torch.zeros(1, 1, dtype=torch.long)
         step = count_calls(lambda: model.logits(token, caches))
-        att = blocks[0].att  # type: ignore[union-attr]
+        att = blocks[0].att
         cache = att.init_cache(1, prompt_tokens + 2)
         x = torch.zeros(1, 1, att.d_in, dtype=att.W_query.weight.dtype)
         attention = count_calls(lambda: att.attend(x, cache))
