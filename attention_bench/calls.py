@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from attention.gpt import GPTModel
+from attention.gpt import GPTModel, TransformerBlock
 
 __all__ = ["count_calls", "decode_calls"]
 
