@@ -129,6 +129,7 @@ class KVCache:
         """Forget every token (the memory stays allocated)."""
         self.length = 0
         self.segments = None
+        self.keys, self.values = self.keys.detach(), self.values.detach()  # drop old graphs
         if self.positions is not None:
             self.positions.fill_(-1)
 

@@ -236,6 +236,14 @@ class GPTModel(nn.Module):
         if not isinstance(caches, list | tuple) or len(caches) != len(blocks):
             raise ValueError(f"caches must be a list of one KVCache per block ({len(blocks)}), "
                              f"got {caches!r:.60}")  # fmt: skip
+        if not all(isinstance(cache, KVCache) for cache in caches):
+            kinds = [type(cache).__name__ for cache in caches]
+            raise TypeError(
+                f"caches must hold one KVCache per block (from init_caches), got {kinds}"
+            )
+        if len({id(cache) for cache in caches}) != len(caches):
+            raise ValueError("caches must be distinct KVCache objects, one per block (from "
+                             "init_caches); got the same cache for several blocks")  # fmt: skip
         for block, cache in zip(blocks, caches, strict=True):
             block.att.check_cache(cache, caches[0].batch_size, num_tokens)
         start = caches[0].length
@@ -283,9 +291,11 @@ class GPTModel(nn.Module):
         A block with a window gets a ring buffer of its window (and sinks), whatever
         `max_tokens`; the others a linear cache of `max_tokens` (default `context_length`).
         """
+        if max_tokens is not None:
+            check_size("max_tokens", max_tokens)
         blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
-        return [block.att.init_cache(batch_size, _linear_tokens(block.att, max_tokens))
-                for block in blocks]  # fmt: skip
+        return [block.att.init_cache(batch_size, None if block.att.window is not None
+                                     else max_tokens) for block in blocks]  # fmt: skip
 
     @property
     def unbounded(self) -> bool:
@@ -305,13 +315,6 @@ def _store_transposed(linear: nn.Linear) -> None:
     """
     weight = linear.weight
     linear.weight = nn.Parameter(weight.detach().t().contiguous().t(), weight.requires_grad)
-
-
-def _linear_tokens(att: MultiHeadAttention, max_tokens: int | None) -> int | None:
-    """What `init_cache` gets: None (no limit) for a windowed layer, else at most its context."""
-    if att.window is not None:
-        return None
-    return att.context_length if max_tokens is None else min(max_tokens, att.context_length)
 
 
 def generate_text_simple(
@@ -346,6 +349,8 @@ def _next_token(logits: Tensor, temperature: float, top_k: int | None) -> Tensor
         top_logits, _ = torch.topk(logits, top_k)  # (b, k)
         logits = logits.masked_fill(logits < top_logits[:, -1:], float("-inf"))
     if temperature > 0.0:
+        # subtract the max first: a tiny temperature then gives 0 and -inf, never inf - inf
+        logits = logits - logits.max(dim=-1, keepdim=True).values
         probs = torch.softmax(logits / temperature, dim=-1)  # (b, vocab_size)
         return torch.multinomial(probs, num_samples=1)  # (b, 1)
     return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1): greedy
@@ -404,14 +409,21 @@ def generate(
     check_size("context_size", context_size)
     if not (isinstance(temperature, int | float) and temperature >= 0.0):
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if isinstance(temperature, bool) or not math.isfinite(temperature):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if top_k is not None:
         check_size("top_k", top_k)
+        if top_k > model.vocab_size:
+            raise ValueError(f"top_k must be <= vocab_size={model.vocab_size}, got {top_k}")
     check_flag("use_cache", use_cache)
     if eos_id is not None:
         check_size("eos_id", eos_id, minimum=0)
+        if eos_id >= model.vocab_size:
+            raise ValueError(f"eos_id must be in 0 .. {model.vocab_size - 1} (vocab_size="
+                             f"{model.vocab_size}), got {eos_id}")  # fmt: skip
     context_size = min(context_size, model.context_length)
     with torch.no_grad():
-        if max_new_tokens == 0:
+        if max_new_tokens == 0 or idx.shape[0] == 0:  # nothing to write, or no row to write to
             return idx
         if not use_cache:
             return _generate_uncached(model, idx, max_new_tokens, context_size,
@@ -447,7 +459,7 @@ def _generate_cached(
     `context_size` tokens once they are full, as the uncached loop crops.
     """
     b, n = idx.shape
-    out = idx.new_empty(b, n + max_new_tokens)  # the prompt and every token to come
+    out = idx.new_empty(b, n + min(max_new_tokens, 256))  # the prompt, room for new tokens
     out[:, :n] = idx
     caches = model.init_caches(b, context_size)
     unbounded = model.unbounded
@@ -461,6 +473,9 @@ def _generate_cached(
         idx_next = _choose(logits[:, -1], sampling, done)  # (b, 1)
         if idx_next is None:
             break
+        if length == out.shape[1]:  # full: twice the room (eos_id may stop it long before)
+            more = min(out.shape[1], n + max_new_tokens - length)
+            out = torch.cat((out, out.new_empty(b, more)), dim=1)
         out[:, length : length + 1] = idx_next
         length += 1
         if length == n + max_new_tokens:

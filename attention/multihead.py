@@ -249,7 +249,8 @@ class MultiHeadAttention(nn.Module):
                 f"even, got head_dim={self.head_dim}"
             )
         self.rope_base = float(rope_base)
-        self.rotary = RotaryTable(self.head_dim, rope_base) if rope else None
+        self.rotary = (RotaryTable(self.head_dim, rope_base, limit=max(256, 2 * context_length))
+                       if rope else None)  # fmt: skip
         check_flag("qkv_bias", qkv_bias)
         check_flag("sink_logit", sink_logit)
         kv_dim = num_kv_heads * self.head_dim
@@ -324,11 +325,15 @@ class MultiHeadAttention(nn.Module):
                 position takes no part: no query attends to it, it attends to nothing (zero
                 weights, a zero context vector, so its output is `out_proj`'s bias), and its
                 input is never read (NaN or inf there changes nothing, gradients included).
-            need_weights: also return the attention weights (runs the explicit path).
+            need_weights: also return the attention weights (runs the explicit path). With a
+                ring-buffer cache, their columns are the keys the cache returned: its slots,
+                in slot order (`cache.positions` says which position each holds), then the
+                chunk's own.
             cache: a [`KVCache`][attention.cache.KVCache] from
                 [`init_cache`][attention.multihead.MultiHeadAttention.init_cache]: `x` is the
                 next chunk of a sequence whose earlier tokens the cache has taken; positions
-                (for RoPE, the window, the sinks) continue from its `length`.
+                (for RoPE, the window, the sinks) continue from its `length`. A chunk given
+                without a mask or ids after one with them is real tokens of document 0.
             document_ids: optional `(batch, num_tokens)` non-negative ints: several documents
                 packed in one row; a query sees only the keys of its own document.
 
@@ -394,8 +399,14 @@ class MultiHeadAttention(nn.Module):
         start = 0 if cache is None else cache.length  # the chunk's first position
         queries, keys, values = self.project(x, start)  # (b, h | h_kv, T, d_h)
         key_positions, key_seg = None, segments
+        if cache is not None and segments is None and cache.segments is not None:
+            # the cache holds padding or documents: this chunk is real tokens of segment 0,
+            # as the cache stores it, so its queries must not see padded or other keys
+            segments = cache.segments.new_zeros(b, num_tokens)
         if cache is not None:  # every key the chunk may need: (b, h_kv, S, d_h), (S,), (b, S)
             keys, values, key_positions, key_seg = cache.update(keys, values, segments)
+            if keys.dtype != queries.dtype:  # autocast: the cache keeps the module's dtype
+                keys, values = keys.to(queries.dtype), values.to(queries.dtype)
         attn_weights = None
         if need_weights:
             k_pos = torch.arange(keys.shape[2], device=x.device) if key_positions is None \

@@ -254,7 +254,8 @@ class RotaryTable:
         True
     """
 
-    def __init__(self, head_dim: int, base: float = 10000.0) -> None:
+    def __init__(self, head_dim: int, base: float = 10000.0, limit: int = 1 << 16) -> None:
+        self.limit = limit  # the table covers positions below this; later ones are computed
         self.theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h/2,)
         self._tables: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
@@ -263,6 +264,12 @@ class RotaryTable:
     ) -> tuple[Tensor, Tensor]:
         """`(cos, sin)` at positions `start ... start + num_tokens - 1`, `(num_tokens, d_h)`."""
         end = start + num_tokens
+        if end > self.limit:  # far positions (unbounded generation): this chunk's only
+            positions = torch.arange(start, end, dtype=torch.float64)
+            angles = positions[:, None] * self.theta
+            angles = torch.cat((angles, angles), dim=-1)
+            return (angles.cos().to(device=device, dtype=dtype),
+                    angles.sin().to(device=device, dtype=dtype))  # fmt: skip
         table = self._tables.get((device, dtype))
         if table is None or table[0].shape[0] < end:
             size = max(256, 1 << max(end - 1, 1).bit_length())

@@ -224,11 +224,10 @@ def reference_attention(
         theta = mha.rope_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
         turn = torch.polar(torch.ones(n, d // 2, dtype=torch.float64),
                            torch.arange(n, dtype=torch.float64)[:, None] * theta)  # fmt: skip
-        turn = turn.to(x.dtype if x.dtype != torch.float64 else torch.complex128)
 
-        def rotate(t: Tensor) -> Tensor:
-            z = torch.complex(t[..., : d // 2], t[..., d // 2 :]) * turn
-            return torch.cat((z.real, z.imag), dim=-1)
+        def rotate(t: Tensor) -> Tensor:  # in complex128 whatever t's dtype, then back
+            z = torch.complex(t[..., : d // 2].double(), t[..., d // 2 :].double()) * turn
+            return torch.cat((z.real, z.imag), dim=-1).to(t.dtype)
 
         q, k = rotate(q), rotate(k)
 

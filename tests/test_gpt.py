@@ -259,3 +259,26 @@ def test_a_decode_step_compiles_with_inductor() -> None:
         model.logits(prompt, compiled_caches)
         assert_close(step(token, compiled_caches), model.logits(token, eager_caches),
                      atol=1e-5, rtol=1e-5)  # fmt: skip
+
+
+def test_sampling_arguments_and_shared_caches_are_refused_by_name() -> None:
+    cfg = {"vocab_size": 32, "context_length": 8, "emb_dim": 8, "n_heads": 2,
+           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+    model = GPTModel(cfg).eval()
+    prompt = torch.tensor([[1, 2]])
+    for kwargs, match in [
+        ({"top_k": 33}, r"top_k must be <= vocab_size=32, got 33"),
+        ({"eos_id": 32}, r"eos_id must be in 0 .. 31 \(vocab_size=32\), got 32"),
+        ({"temperature": float("inf")}, r"temperature must be a finite number >= 0, got inf"),
+        ({"temperature": True}, r"temperature must be a finite number >= 0, got True"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            generate(model, prompt, 2, **kwargs)  # type: ignore[arg-type]
+    out = generate(model, prompt, 3, temperature=1e-40)  # tiny: greedy-like, not NaN
+    assert torch.equal(out, generate(model, prompt, 3))
+    cache = model.trf_blocks[0].att.init_cache(1, 8)  # type: ignore[operator]
+    with pytest.raises(ValueError, match=r"caches must be distinct KVCache objects"):
+        model(prompt, caches=[cache, cache])
+    with pytest.raises(TypeError, match=r"caches must hold one KVCache per block"):
+        model(prompt, caches=[None, None])  # type: ignore[list-item]
+    assert generate(model, prompt[:0], 3).shape == (0, 2)  # no row: nothing to write

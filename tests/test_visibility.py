@@ -237,3 +237,53 @@ def test_weights_in_half_precision_stay_finite_where_float16_scores_would_overfl
     assert bool(torch.isfinite(weights).all()) and bool(torch.isfinite(out).all())
     assert_close(weights.float().sum(-1), torch.ones(2, 4, 8), atol=1e-2, rtol=0)
     assert_close(out.float(), mha(x).float(), atol=0.1, rtol=0.05)
+
+
+def test_a_chunk_without_a_mask_after_a_padded_prompt_is_real_tokens() -> None:
+    mha = module(2, None, 0, rope=True)
+    x = torch.randn(1, 6, D_IN, dtype=torch.float64)
+    padding = torch.tensor([[True, True, False, False, False, False]])
+    cache = mha.init_cache(1)
+    out = torch.cat((mha(x[:, :4], padding[:, :4], cache=cache),
+                     mha(x[:, 4:5], cache=cache), mha(x[:, 5:6], cache=cache)), dim=1)  # fmt: skip
+    assert_close(out, reference_attention(mha, x, padding), atol=ATOL, rtol=0)
+
+
+def test_a_reset_cache_forgets_the_graph_too() -> None:
+    mha = module(H, None, 0, rope=False)
+    x = torch.randn(1, 3, D_IN, dtype=torch.float64)
+    cache = mha.init_cache(1)
+    first = mha(x, cache=cache)
+    first.sum().backward()
+    cache.reset()
+    again = mha(x, cache=cache)
+    again.sum().backward()  # no "backward through the graph a second time"
+    assert_close(again, first)
+
+
+def test_a_cache_under_autocast_gives_weights_too() -> None:
+    mha = MultiHeadAttention(8, 8, 16, 0.0, 2).eval()
+    cache = mha.init_cache(1)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        mha(torch.randn(1, 4, 8), cache=cache)
+        out, weights = mha(torch.randn(1, 1, 8), cache=cache, need_weights=True)
+    assert weights.shape == (1, 2, 1, 5) and bool(torch.isfinite(out).all())
+
+
+def test_the_rope_table_stays_bounded_however_far_positions_go() -> None:
+    mha = MultiHeadAttention(16, 16, 16, 0.0, 1, rope=True, window=4).eval()
+    cache = mha.init_cache(1)
+    with torch.no_grad():
+        mha(torch.randn(1, 16, 16), cache=cache)
+        for _ in range(300):
+            mha(torch.randn(1, 1, 16), cache=cache)
+    assert mha.rotary is not None and cache.length == 316
+    assert max(cos.shape[0] for cos, _ in mha.rotary._tables.values()) <= 256
+
+
+def test_the_reference_rotates_in_double_precision_for_float32_modules() -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(D_IN, 16, T, 0.0, 4, rope=True).eval()
+    x = torch.randn(2, T, D_IN)
+    with torch.no_grad():
+        assert_close(reference_attention(mha, x), mha(x), atol=1e-5, rtol=0)
