@@ -140,16 +140,16 @@ def test_a_windowed_cache_is_a_ring_of_the_window_and_wraps(window: int, sinks: 
     long = MultiHeadAttention(D_IN, H * HEAD_DIM, 64, 0.0, H, qkv_bias=True, num_kv_heads=2,
                               window=window, rope=True, sinks=sinks).double().eval()  # fmt: skip
     long.load_state_dict(mha.state_dict())
-    x = torch.randn(1, 40, D_IN, dtype=torch.float64)  # 40 tokens: 3.6 x context_length
+    x = torch.randn(1, 4 * T, D_IN, dtype=torch.float64)  # 4 x context_length
     cache = mha.init_cache(1)
     assert cache.ring and cache.slots == window + sinks and cache.max_tokens is None
     keys = cache.keys
     with torch.no_grad():
         outs = [mha(x[:, :T], cache=cache)]
-        outs += [mha(x[:, i : i + 1], cache=cache) for i in range(T, 40)]
+        outs += [mha(x[:, i : i + 1], cache=cache) for i in range(T, 4 * T)]
     assert cache.keys.data_ptr() == keys.data_ptr()  # stored in place: no allocation
-    assert cache.length == 40 and sorted(cache.positions.tolist()) == sorted(
-        [*range(sinks), *range(40 - window, 40)]
+    assert cache.length == 4 * T and sorted(cache.positions.tolist()) == sorted(
+        [*range(sinks), *range(4 * T - window, 4 * T)]
     )
     expected = reference_attention(long, x)
     assert_close(torch.cat(outs, dim=1), expected, atol=ATOL, rtol=0)
