@@ -2,12 +2,13 @@
 
 A [`Contender`][attention_bench.generation.Contender] is one implementation's prefill, cached
 decode step and whole generation; [`time_contenders`][attention_bench.generation.time_contenders]
-times them in rounds, the order alternating each round, so that a shared machine's drift hits
-both alike.
+times them in rounds, their decode steps taking turns and their order alternating each round,
+so that a shared machine's drift hits both alike.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,25 +77,32 @@ class Times:
     generate: list[float]
 
 
-def _run_once(c: Contender, prompt: Tensor, n_new: int, device: Device, times: Times) -> None:
-    """Prefill, then `n_new` cached decode steps (greedy): each timed alone."""
+def _timed(fn: Callable[[], Any], device: Device) -> tuple[Any, float]:
     start = time.perf_counter()
-    logits, cache = c.prefill(prompt)  # the whole prompt at once
+    result = fn()
     device.sync()
-    times.prefill.append(time.perf_counter() - start)
+    return result, time.perf_counter() - start
+
+
+def _round(
+    contenders: list[Contender], prompt: Tensor, n_new: int, device: Device,
+    times: dict[str, Times],
+) -> None:  # fmt: skip
+    """Each one's prefill, then `n_new` greedy decode steps, the contenders taking turns.
+
+    Every prefill and every step is timed alone; each step of one contender runs right after
+    the same step of the other, so that a drift of the machine hits both alike.
+    """
+    states = {}
+    for c in contenders:  # the whole prompt at once
+        states[c.impl], elapsed = _timed(functools.partial(c.prefill, prompt), device)
+        times[c.impl].prefill.append(elapsed)
     for _ in range(n_new):  # one token per step, from the cache
-        token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
-        start = time.perf_counter()
-        logits, cache = c.step(token, cache)
-        device.sync()
-        times.steps.append(time.perf_counter() - start)
-
-
-def _time_generate(c: Contender, prompt: Tensor, n_new: int, device: Device) -> float:
-    start = time.perf_counter()
-    c.generate(prompt, n_new)
-    device.sync()
-    return time.perf_counter() - start
+        for c in contenders:
+            logits, cache = states[c.impl]
+            token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
+            states[c.impl], elapsed = _timed(functools.partial(c.step, token, cache), device)
+            times[c.impl].steps.append(elapsed)
 
 
 def time_contenders(
@@ -103,19 +111,20 @@ def time_contenders(
 ) -> dict[str, Times]:  # fmt: skip
     """A warm-up round, then `rounds` timed ones; the contenders' order alternates each round.
 
-    Each round runs every contender's prefill and `n_new` decode steps, then every one's whole
-    generation. The warm-up round generates too only with `warm_generate` (the first batch
-    size: later ones reuse the warmed code, and their prefill and steps warm the kernels).
+    Each round runs every contender's prefill, then their `n_new` decode steps in turns, then
+    every one's whole generation. The warm-up round generates too only with `warm_generate`
+    (the first batch size: later ones reuse the warmed code, and their prefill and steps warm
+    the kernels).
     """
     times = {c.impl: Times([], [], []) for c in contenders}
     with torch.no_grad():
         for r in range(1 + rounds):
             order = contenders if r % 2 else contenders[::-1]
-            for c in order:
-                _run_once(c, prompt, n_new, device, times[c.impl] if r else Times([], [], []))
+            warm_up = {c.impl: Times([], [], []) for c in contenders}
+            _round(order, prompt, n_new, device, times if r else warm_up)
             if r or warm_generate:
                 for c in order:
-                    elapsed = _time_generate(c, prompt, n_new, device)
+                    _, elapsed = _timed(functools.partial(c.generate, prompt, n_new), device)
                     if r:
                         times[c.impl].generate.append(elapsed)
     return times
