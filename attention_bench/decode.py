@@ -10,6 +10,10 @@ $$
 with $W$ the machine's copy bandwidth ([`roof`][attention_bench.measuring.roof]). The token
 embedding is only indexed (one row per token), so the weights actually read per token are
 fewer than all of them; both limits are recorded.
+
+Where `transformers` is installed, Hugging Face's GPT-2 on the same weights is timed in the
+same rounds ([`generation`][attention_bench.generation]), against the same limits computed
+from its own parameters.
 """
 
 from __future__ import annotations
