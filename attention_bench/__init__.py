@@ -8,6 +8,10 @@ per job:
 - [`implementations`][attention_bench.implementations]: what is compared;
 - [`measuring`][attention_bench.measuring]: time, peak memory, the machine's roof;
 - [`experiments`][attention_bench.experiments]: the experiments and the targets;
+- [`decode`][attention_bench.decode]: generation, and its memory-bandwidth limit;
+- [`generation`][attention_bench.generation]: generation's contenders, timed in turns;
+- [`hf`][attention_bench.hf]: Hugging Face's GPT-2 on the book's weights, the contender;
+- [`targets`][attention_bench.targets]: the targets, judged from one run's rows;
 - [`results`][attention_bench.results]: the files, and how every number in them was measured;
 - [`report`][attention_bench.report]: the page's tables and figures.
 - [`live`][attention_bench.live]: the page's live comparison, and how busy the machine was.

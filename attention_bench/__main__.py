@@ -1,4 +1,9 @@
-"""`python -m attention_bench [--quick] [--device cpu|cuda] [--out PATH] [--no-compile]`."""
+"""`python -m attention_bench [--quick] [--device cpu|cuda] [--out PATH] [--no-compile] [--only E]`.
+
+`--only decode --out /tmp/decode.json` runs the generation experiment alone (ours against
+Hugging Face's GPT-2 where `transformers` is installed). A partial run needs `--out`: it never
+replaces the committed results file.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from attention_bench.experiments import Config, run
+from attention_bench.experiments import EXPERIMENTS, Config, run
 from attention_bench.results import RESULTS_DIR
 
 
@@ -24,10 +29,18 @@ def main(argv: Sequence[str] | None = None) -> Path:
         "--out", type=Path, help=f"JSON path (default {RESULTS_DIR}/<machine>.json)"
     )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument(
+        "--only", nargs="+", choices=EXPERIMENTS, metavar="EXPERIMENT",
+        help=f"run only these experiments ({', '.join(EXPERIMENTS)}); needs --out",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.only and args.out is None:
+        parser.error("--only needs --out: a partial run does not replace the results file")
     cfg = Config.quick(args.device) if args.quick else Config.full(args.device)
     if args.no_compile:
         cfg.compile = False
+    if args.only:
+        cfg.experiments = tuple(name for name in EXPERIMENTS if name in args.only)
     results = run(cfg)
     out = args.out or RESULTS_DIR / f"{results['machine']['slug']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,10 @@ $$
 with $W$ the machine's copy bandwidth ([`roof`][attention_bench.measuring.roof]). The token
 embedding is only indexed (one row per token), so the weights actually read per token are
 fewer than all of them; both limits are recorded.
+
+Where `transformers` is installed, Hugging Face's GPT-2 on the same weights is timed in the
+same rounds ([`generation`][attention_bench.generation]), against the same limits computed
+from its own parameters.
 """
 
 from __future__ import annotations
@@ -19,18 +23,32 @@ import time
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from attention.gpt import GPT_CONFIG_124M, GPTModel
 from attention.multihead import MultiHeadAttention
 from attention.shapes import ModelShape, kv_cache_bytes
+from attention_bench import hf as hf_gpt2
+from attention_bench.generation import hf_contender, our_contender, time_contenders
 from attention_bench.measuring import Device, Timing, measure, roof
 
-__all__ = ["BATCHES", "NEW_TOKENS", "PROMPT_TOKENS", "decode_rows", "gemv_bandwidths", "limits"]
+__all__ = [
+    "BATCHES",
+    "NEW_TOKENS",
+    "PROMPT_TOKENS",
+    "ROUNDS",
+    "decode_rows",
+    "gemv_bandwidths",
+    "limits",
+]
 
 PROMPT_TOKENS, NEW_TOKENS = 256, 32
 """What is measured: a prompt of 256 tokens, then 32 new ones."""
 BATCHES = {1: 8, 8: 2}
 """Batch sizes, and the uncached steps timed at each: each runs the whole prefix again."""
+ROUNDS = {1: 3, 8: 2}
+"""Timed rounds at each batch size, after a warm-up round: each contender's prefill, decode
+steps and whole generation once a round, the contenders' order alternating."""
 
 
 def _shape(cfg: dict[str, Any]) -> ModelShape:
@@ -39,23 +57,49 @@ def _shape(cfg: dict[str, Any]) -> ModelShape:
                       cfg["emb_dim"] // h)  # fmt: skip
 
 
-def limits(model: GPTModel, batch: int, cached_tokens: int, bytes_per_s: float) -> dict[str, float]:
-    """Tokens/s the memory bandwidth allows at one decode step: all weights, and those read."""
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    indexed = model.tok_emb.weight.numel() * model.tok_emb.weight.element_size()
-    if model.pos_emb is not None:
-        indexed += model.pos_emb.weight.numel() * model.pos_emb.weight.element_size()
+def limits(
+    model: GPTModel,
+    batch: int,
+    cached_tokens: int,
+    bytes_per_s: float,
+    weights: tuple[int, int] | None = None,
+) -> dict[str, float]:
+    """Tokens/s the memory bandwidth allows at one decode step: all weights, and those read.
+
+    `weights` (bytes of every weight, of the embedding tables) defaults to `model`'s; the
+    cache is `model`'s shape at `cached_tokens`.
+    """
+    if weights is None:
+        tables = [model.tok_emb] + ([] if model.pos_emb is None else [model.pos_emb])
+        weights = (
+            sum(p.numel() * p.element_size() for p in model.parameters()),
+            sum(t.weight.numel() * t.weight.element_size() for t in tables),
+        )
+    total, indexed = weights
     att: MultiHeadAttention = model.trf_blocks[0].att  # type: ignore[assignment]
     cfg = {"n_layers": len(model.trf_blocks), "emb_dim": model.tok_emb.weight.shape[1],
            "n_heads": att.num_heads, "n_kv_heads": att.num_kv_heads}  # fmt: skip
     cache = kv_cache_bytes(_shape(cfg), cached_tokens, batch, bytes_per_number=4)
     return {
-        "weights_bytes": weights,
-        "read_weights_bytes": weights - indexed,
+        "weights_bytes": total,
+        "read_weights_bytes": total - indexed,
         "cache_bytes": cache,
-        "limit_tokens_per_s": batch * bytes_per_s / (weights + cache),
-        "limit_read_tokens_per_s": batch * bytes_per_s / (weights - indexed + cache),
+        "limit_tokens_per_s": batch * bytes_per_s / (total + cache),
+        "limit_read_tokens_per_s": batch * bytes_per_s / (total - indexed + cache),
     }
+
+
+def _uncached_s(model: GPTModel, prompt: Tensor, n_steps: int, device: Device) -> float:
+    """Median time of a step without a cache: the whole prefix again."""
+    idx, uncached = prompt, []
+    with torch.no_grad():
+        for _ in range(n_steps):
+            start = time.perf_counter()
+            logits = model(idx)
+            device.sync()
+            uncached.append(time.perf_counter() - start)
+            idx = torch.cat((idx, logits[:, -1].argmax(dim=-1, keepdim=True)), dim=1)
+    return statistics.median(uncached)
 
 
 def decode_rows(
@@ -64,53 +108,61 @@ def decode_rows(
     config: dict[str, Any] | None = None,
     prompt_tokens: int = PROMPT_TOKENS,
     new_tokens: int = NEW_TOKENS,
+    hf: bool = True,
 ) -> list[dict[str, Any]]:
-    """Prefill and decode of a GPT (default: the book's 124M, dropout 0, eval, float32)."""
+    """Prefill and decode of a GPT (default: the book's 124M, dropout 0, eval, float32).
+
+    With `hf` and `transformers` installed, Hugging Face's GPT-2 on the same weights
+    ([`to_hf_gpt2`][attention_bench.hf.to_hf_gpt2]) is timed in the same rounds, taking
+    turns with ours: a row of its own (`impl` `"hf_gpt2"`), and ours over its on our row.
+    Without `transformers`, its rows say so (`skipped`).
+    """
     device = device or Device.from_env()
     torch.manual_seed(seed)
     config = {**(config or GPT_CONFIG_124M), "drop_rate": 0.0}
     model = GPTModel(config).to(device.type).eval()
     bandwidth = roof(device).bytes_per_s
     n_prompt, n_new = prompt_tokens, new_tokens
+    contenders = [our_contender(model, n_prompt + n_new)]
+    missing = None if hf_gpt2.available() else "transformers is not installed (the bench extra)"
+    if hf and missing is None:
+        contenders.append(hf_contender(model))
     rows = []
-    for batch, n_uncached in BATCHES.items():
+    for i, (batch, n_uncached) in enumerate(BATCHES.items()):
         prompt = torch.randint(0, model.vocab_size, (batch, n_prompt), device=device.type)
-        with torch.no_grad():
-            for _ in range(2):  # the first round warms up
-                caches = model.init_caches(batch, n_prompt + n_new)
-                start = time.perf_counter()
-                logits = model(prompt, caches=caches)  # prefill: the whole prompt at once
-                device.sync()
-                prefill_s = time.perf_counter() - start
-                steps = []
-                for _ in range(n_new):  # decode: one token per step, from the cache
-                    token = logits[:, -1].argmax(dim=-1, keepdim=True)  # (b, 1)
-                    start = time.perf_counter()
-                    logits = model(token, caches=caches)
-                    device.sync()
-                    steps.append(time.perf_counter() - start)
-            idx, uncached = prompt, []
-            for _ in range(n_uncached):  # without a cache: the whole prefix again
-                start = time.perf_counter()
-                logits = model(idx)
-                device.sync()
-                uncached.append(time.perf_counter() - start)
-                idx = torch.cat((idx, logits[:, -1].argmax(dim=-1, keepdim=True)), dim=1)
-        step_s, uncached_s = statistics.median(steps), statistics.median(uncached)
-        bound = limits(model, batch, n_prompt + n_new // 2, bandwidth)
-        rows.append({
-            "experiment": "decode", "impl": "gpt2_124m", "mode": "decode",
-            "device": device.type, "dtype": "float32", "batch": batch,
-            "num_tokens": n_prompt, "new_tokens": n_new, "prefill_s": prefill_s,
-            **Timing(steps).summary(),  # the decode steps: median_s, quartiles, times
-            "cached_tokens_per_s": batch / step_s,
-            "uncached_tokens_per_s": batch / uncached_s,
-            # the whole generation: prefill + n_new cached steps, against n_new uncached ones
-            "generation_speedup": n_new * uncached_s / (prefill_s + sum(steps)),
-            "copy_bytes_per_s": bandwidth, **bound,
-            "fraction_of_limit": batch / step_s / bound["limit_tokens_per_s"],
-            "fraction_of_read_limit": batch / step_s / bound["limit_read_tokens_per_s"],
-        })  # fmt: skip
+        times = time_contenders(contenders, prompt, n_new, ROUNDS[batch], device, i == 0)
+        uncached_s = _uncached_s(model, prompt, n_uncached, device)
+        base = {"experiment": "decode", "mode": "decode", "device": device.type, "dtype": "float32",
+                "batch": batch, "num_tokens": n_prompt, "new_tokens": n_new}  # fmt: skip
+        by_impl = {}
+        for c in contenders:
+            t = times[c.impl]
+            step_s, prefill_s = statistics.median(t.steps), statistics.median(t.prefill)
+            bound = limits(model, batch, n_prompt + n_new // 2, bandwidth, c.weights)
+            by_impl[c.impl] = {
+                **base, "impl": c.impl, "prefill_s": prefill_s, "prefill_times_s": t.prefill,
+                **Timing(t.steps).summary(),  # the decode steps: median_s, quartiles, times
+                "cached_tokens_per_s": batch / step_s,
+                "generate_s": statistics.median(t.generate), "generate_times_s": t.generate,
+                "copy_bytes_per_s": bandwidth, **bound,
+                "fraction_of_limit": batch / step_s / bound["limit_tokens_per_s"],
+                "fraction_of_read_limit": batch / step_s / bound["limit_read_tokens_per_s"],
+                **(c.extra or {}),
+            }  # fmt: skip
+        ours = by_impl["gpt2_124m"]
+        ours["uncached_tokens_per_s"] = batch / uncached_s
+        # the whole generation: prefill + n_new cached steps, against n_new uncached ones
+        ours["generation_speedup"] = (
+            n_new * uncached_s / (ours["prefill_s"] + n_new * ours["median_s"])
+        )
+        theirs = by_impl.get("hf_gpt2")
+        if theirs is not None:  # ours over theirs: > 1 faster for a rate, < 1 for a time
+            ours["decode_speed_vs_hf"] = ours["cached_tokens_per_s"] / theirs["cached_tokens_per_s"]
+            ours["prefill_time_vs_hf"] = ours["prefill_s"] / theirs["prefill_s"]
+            ours["generate_time_vs_hf"] = ours["generate_s"] / theirs["generate_s"]
+        rows += list(by_impl.values())
+        if hf and missing is not None:
+            rows.append({**base, "impl": "hf_gpt2", "skipped": missing})
     return rows
 
 

@@ -33,7 +33,10 @@ from attention_bench.measuring import Device, Timing, make_step, measure, state_
 from attention_bench.results import METHOD, SCHEMA_VERSION, machine
 from attention_bench.targets import check_targets
 
-__all__ = ["Config", "Recorder", "compare", "run"]
+__all__ = ["EXPERIMENTS", "Config", "Recorder", "compare", "run"]
+
+EXPERIMENTS = ("gpt2", "sweep", "construct", "decode", "compile")
+"""Every experiment of a run, in the order it runs them."""
 
 
 @dataclass
@@ -57,6 +60,7 @@ class Config:
     construct_context_length: int = 131_072
     decode_model: dict[str, Any] | None = None  # None: the book's GPT-2 124M
     decode_tokens: tuple[int, int] = (256, 32)  # prompt, new
+    experiments: tuple[str, ...] = EXPERIMENTS  # those to run (compile also needs `compile`)
 
     @classmethod
     def full(cls, device: str) -> Config:
@@ -336,6 +340,30 @@ def _run_compile(rec: Recorder, cfg: Config, dtype: str) -> None:
             rec.add(row)
 
 
+def run_decode(rec: Recorder, cfg: Config) -> None:
+    """Generation: ours, and Hugging Face's GPT-2 on the same weights where it is installed."""
+    prompt, new = cfg.decode_tokens
+    print(f"generation, prompt {prompt} tokens, {new} new", flush=True)
+    for row in decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, prompt, new):
+        rec.rows.append(row)
+        head = f"  {row['impl']:<10} batch {row['batch']}:"
+        if "skipped" in row:
+            print(head, "skipped:", row["skipped"], flush=True)
+            continue
+        print(f"{head} prefill {1e3 * row['prefill_s']:.1f} ms, decode "
+              f"{row['cached_tokens_per_s']:.1f} tokens/s cached, generation "
+              f"{row['generate_s']:.3f} s, {row['fraction_of_read_limit']:.2f} of the "
+              "weights-read limit", flush=True)  # fmt: skip
+        if "uncached_tokens_per_s" in row:
+            print(f"  {'':<10} {row['uncached_tokens_per_s']:.1f} tokens/s uncached, "
+                  f"{row['fraction_of_limit']:.2f} of the bandwidth limit", flush=True)  # fmt: skip
+        if "decode_speed_vs_hf" in row:
+            print(f"  {'':<10} vs hf_gpt2: decode {row['decode_speed_vs_hf']:.2f}x as fast, "
+                  f"prefill {row['prefill_time_vs_hf']:.2f}x the time, generation "
+                  f"{row['generate_time_vs_hf']:.2f}x the time", flush=True)  # fmt: skip
+    rec.sample_load("after generation")
+
+
 def run(cfg: Config) -> dict[str, Any]:
     """Run every experiment of `cfg`; return the results document."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -345,35 +373,32 @@ def run(cfg: Config) -> dict[str, Any]:
     if cfg.device == "cuda":
         impls = impls + cuda_backend_impls()
     matmul: dict[str, float | None] = {}
-    for dtype in cfg.dtypes:
-        print(f"GPT-2-small shape {cfg.gpt2}, {cfg.device} {dtype}", flush=True)
-        matmul[dtype] = run_group(
-            rec, cfg, "gpt2", impls, cfg.gpt2, dtype, with_matmul=True, matmul_flops_per_s=None
-        )
-        rec.sample_load(f"after gpt2 {dtype}")
+    if "gpt2" in cfg.experiments:
+        for dtype in cfg.dtypes:
+            print(f"GPT-2-small shape {cfg.gpt2}, {cfg.device} {dtype}", flush=True)
+            matmul[dtype] = run_group(
+                rec, cfg, "gpt2", impls, cfg.gpt2, dtype, with_matmul=True,
+                matmul_flops_per_s=None,
+            )  # fmt: skip
+            rec.sample_load(f"after gpt2 {dtype}")
     sweep_dtype = cfg.dtypes[0] if cfg.device == "cpu" else "float16"
-    print(f"context-length sweep, batch {cfg.sweep_batch}, {cfg.device} {sweep_dtype}", flush=True)
-    for num_tokens in cfg.sweep_tokens:
-        shape = Shape(cfg.sweep_batch, num_tokens, cfg.gpt2.d_model, cfg.gpt2.num_heads)
-        matmul_flops = matmul.get(sweep_dtype)
-        run_group(
-            rec, cfg, "sweep", impls, shape, sweep_dtype,
-            with_matmul=False, matmul_flops_per_s=matmul_flops,
-        )  # fmt: skip
-        rec.sample_load(f"after sweep T={num_tokens}")
-    print(f"construction at context_length={cfg.construct_context_length}", flush=True)
-    run_construct(rec, cfg)
-    print(
-        f"generation, prompt {cfg.decode_tokens[0]} tokens, {cfg.decode_tokens[1]} new", flush=True
-    )
-    for row in decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, *cfg.decode_tokens):
-        rec.rows.append(row)
-        print(f"  batch {row['batch']}: prefill {row['prefill_s']:.3f} s, decode "
-              f"{row['cached_tokens_per_s']:.1f} tokens/s cached, "
-              f"{row['uncached_tokens_per_s']:.1f} uncached, "
-              f"{row['fraction_of_limit']:.2f} of the bandwidth limit", flush=True)  # fmt: skip
-    rec.sample_load("after generation")
-    if cfg.compile:
+    if "sweep" in cfg.experiments:
+        print(f"context-length sweep, batch {cfg.sweep_batch}, {cfg.device} {sweep_dtype}",
+              flush=True)  # fmt: skip
+        for num_tokens in cfg.sweep_tokens:
+            shape = Shape(cfg.sweep_batch, num_tokens, cfg.gpt2.d_model, cfg.gpt2.num_heads)
+            matmul_flops = matmul.get(sweep_dtype)
+            run_group(
+                rec, cfg, "sweep", impls, shape, sweep_dtype,
+                with_matmul=False, matmul_flops_per_s=matmul_flops,
+            )  # fmt: skip
+            rec.sample_load(f"after sweep T={num_tokens}")
+    if "construct" in cfg.experiments:
+        print(f"construction at context_length={cfg.construct_context_length}", flush=True)
+        run_construct(rec, cfg)
+    if "decode" in cfg.experiments:
+        run_decode(rec, cfg)
+    if cfg.compile and "compile" in cfg.experiments:
         print("torch.compile, production module", flush=True)
         run_compile(rec, cfg, cfg.dtypes[0])
         rec.sample_load("after compile")
@@ -404,6 +429,7 @@ def run(cfg: Config) -> dict[str, Any]:
             "reference": REFERENCE,
             "construct_context_length": cfg.construct_context_length,
             "decode_tokens": list(cfg.decode_tokens),
+            "experiments": list(cfg.experiments),
         },
         "method": METHOD,
         "load_average": rec.load,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from attention.plot import _INK
 from attention_bench.implementations import WINDOW, Impl, Shape, implementations
 from attention_bench.results import select
+from attention_bench.targets import DECODE_FRACTION
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -26,6 +27,7 @@ __all__ = [
     "decode_table",
     "gpt2_table",
     "heading",
+    "hf_table",
     "matmul_fraction",
     "memory_table",
     "method",
@@ -80,6 +82,10 @@ STYLES: dict[str, dict[str, Any]] = {
 
 _IMPLS: dict[str, Impl] = {impl.name: impl for impl in implementations(0)}
 
+OURS = {"experiment": "decode", "impl": "gpt2_124m"}
+"""Our generation rows (a run may also hold Hugging Face's, `impl` `"hf_gpt2"`)."""
+HF = {"experiment": "decode", "impl": "hf_gpt2"}
+
 
 def heading(res: Mapping[str, Any], what: str = "gpt2") -> str:
     """The machine and the date of one results document, in bold, and the shape of its rows.
@@ -99,7 +105,7 @@ def heading(res: Mapping[str, Any], what: str = "gpt2") -> str:
     width = f"d_model={gpt2.d_model}, num_heads={gpt2.num_heads}"
     tokens, batch = cfg["sweep_tokens"], cfg["sweep_batch"]
     prompt, new = cfg.get("decode_tokens", ["?", "?"])
-    batches = " and ".join(str(row["batch"]) for row in select(res, experiment="decode"))
+    batches = " and ".join(str(row["batch"]) for row in select(res, **OURS))
     shapes = {
         "gpt2": f"batch={gpt2.batch}, num_tokens={gpt2.num_tokens}, {width}",
         "sweep": f"batch={batch}, num_tokens={tokens[0]} to {tokens[-1]}, {width}",
@@ -351,14 +357,14 @@ def targets_table(res: Mapping[str, Any]) -> str:
     fraction of the stricter weights-read limit
     ([`decode_limits`][attention_bench.report.decode_limits]).
     """
-    decode = next(select(res, experiment="decode", batch=1), None)
+    decode = next(select(res, **OURS, batch=1), None)
     lines = ["| what | measured | target | |", "| --- | ---: | ---: | --- |"]
     for t in res["targets"]:
         verdict = {True: "met", False: "**missed**", None: "n/a"}[t["met"]]
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
         sign = "≥" if t.get("at_least") else "≤"
         what = t["target"]
-        if what.startswith("batch-1 decode, fraction") and decode is not None:
+        if what == DECODE_FRACTION and decode is not None:
             read = decode["fraction_of_read_limit"]
             what += f" (all weights; of the weights-read limit: {read:.2f})"
         lines.append(f"| {what} | {value} | {sign} {t['limit']} | {verdict} |")
@@ -372,7 +378,7 @@ def decode_table(res: Mapping[str, Any]) -> str:
         "| generation speedup |",
         "| ---: | ---: | ---: | ---: | ---: |",
     ]
-    for row in select(res, experiment="decode"):
+    for row in select(res, **OURS):
         lines.append(
             f"| {row['batch']} | {_ms(row['prefill_s'])} | {row['cached_tokens_per_s']:.1f} "
             f"| {row['uncached_tokens_per_s']:.1f} | {row['generation_speedup']:.1f}x |"
@@ -387,7 +393,7 @@ def bandwidth_table(res: Mapping[str, Any]) -> str:
         "| limit, weights read (tokens/s) | of it |",
         "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for row in select(res, experiment="decode"):
+    for row in select(res, **OURS):
         lines.append(
             f"| {row['batch']} | {row['cached_tokens_per_s']:.1f} "
             f"| {row['limit_tokens_per_s']:.1f} | {row['fraction_of_limit']:.0%} "
@@ -405,8 +411,8 @@ def decode_limits(res: Mapping[str, Any]) -> str:
     Returns:
         Markdown (empty if the run has no batch-1 decode row or no decode target).
     """
-    row = next(select(res, experiment="decode", batch=1), None)
-    target = next((t for t in res["targets"] if t["target"].startswith("batch-1 decode")), None)
+    row = next(select(res, **OURS, batch=1), None)
+    target = next((t for t in res["targets"] if t["target"] == DECODE_FRACTION), None)
     if row is None or target is None:
         return ""
     met = row["fraction_of_read_limit"] >= target["limit"]
@@ -420,6 +426,55 @@ def decode_limits(res: Mapping[str, Any]) -> str:
         f"{row['fraction_of_read_limit']:.0%}, "
         + ("also above that share." if met else "short of the same share.")
     )
+
+
+def _seconds(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else _ms(seconds)
+
+
+def hf_table(res: Mapping[str, Any]) -> str:
+    """Ours against Hugging Face's GPT-2 on the same weights, timed in turns in one run.
+
+    Prefill (one forward over the prompt, filling a cache), cached decode (tokens/s), the whole
+    greedy generation (each library's own `generate`), and the decode's fraction of the
+    weights-read bandwidth limit, at each batch size; the last column is ours over theirs
+    (below 1: ours takes less time; above 1: ours makes more tokens/s).
+
+    Args:
+        res: a results document.
+
+    Returns:
+        A Markdown table, or a sentence where the run has no Hugging Face rows (`transformers`
+        was not installed, or the run predates the comparison).
+    """
+    pairs = []
+    for ours in select(res, **OURS):
+        hf = next(select(res, **HF, batch=ours["batch"]), None)
+        if hf is not None:
+            pairs.append((ours, hf))
+    if not pairs:
+        return "This run has no Hugging Face rows (`transformers` was not installed for it)."
+    version = pairs[0][1].get("transformers", "?")
+    lines = [
+        f"| | ours | HF GPT-2 (transformers {version}) | ours / HF |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    measures: list[tuple[str, str, Callable[[float], str]]] = [
+        ("prefill", "prefill_s", _seconds),
+        ("decode (tokens/s)", "cached_tokens_per_s", lambda v: f"{v:.1f}"),
+        ("generation", "generate_s", _seconds),
+    ]
+    for what, key, fmt in measures:
+        for ours, hf in pairs:
+            if ours.get(key) is None or hf.get(key) is None:
+                continue
+            lines.append(f"| {what}, batch {ours['batch']} | {fmt(ours[key])} | {fmt(hf[key])} "
+                         f"| {ours[key] / hf[key]:.2f}x |")  # fmt: skip
+    for ours, hf in pairs:
+        lines.append(f"| decode, batch {ours['batch']}: of the weights-read limit "
+                     f"| {ours['fraction_of_read_limit']:.0%} | {hf['fraction_of_read_limit']:.0%} "
+                     "| |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def compile_table(res: Mapping[str, Any]) -> str:

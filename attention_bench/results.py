@@ -58,6 +58,16 @@ METHOD = {
     "first_call_s": (
         "torch.compile: the first call in each mode, compiling with an empty inductor cache"
     ),
+    "generation": (
+        "the book's GPT (dropout 0, eval, no_grad) and, where transformers is installed, "
+        "Hugging Face's GPT2LMHeadModel holding the same weights (attention_bench.hf, sdpa "
+        "attention): at each batch size a warm-up round, then rounds in which each runs its "
+        "prefill (one forward over the prompt filling a fresh cache, allocation included), "
+        "then new_tokens greedy decode steps, each timed alone, the two taking turns step by "
+        "step, then each one's whole greedy generate (Hugging Face's with min_new_tokens = "
+        "max_new_tokens); the order of the two alternates each round; medians over rounds "
+        "(prefill, generation) and over every step (decode)"
+    ),
 }
 """How every number in a results file was measured: stored in each file, shown by the page."""
 

@@ -130,7 +130,8 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
     skipped = [r for r in rows if "skipped" in r]
     # The explicit paths are capped at max_explicit_tokens, with the reason recorded.
     assert {r["impl"] for r in skipped} >= {"explicit", "wrapper", "torch_mha_weights"}
-    assert all(r["num_tokens"] > cfg.max_explicit_tokens and r["skipped"] for r in skipped)
+    capped = [r for r in skipped if r["experiment"] != "decode"]
+    assert all(r["num_tokens"] > cfg.max_explicit_tokens and r["skipped"] for r in capped)
     for row in measured:
         assert row["q1_s"] <= row["median_s"] <= row["q3_s"]
         assert row["runs"] == len(row["times_s"]) >= cfg.min_repeats
@@ -139,14 +140,18 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         if row["impl"] != "matmul" and row["experiment"] not in ("construct", "decode"):
             assert row["peak_bytes"] > 0 and row["state_bytes"] > 0
     # Generation: a row per batch, and the bandwidth limit from the bytes of the weights.
-    decode = [r for r in measured if r["experiment"] == "decode"]
+    decode = [r for r in measured if r["experiment"] == "decode" and r["impl"] == "gpt2_124m"]
     assert [r["batch"] for r in decode] == [1, 8]
-    for row in decode:
+    hf = [r for r in rows if r["experiment"] == "decode" and r["impl"] == "hf_gpt2"]
+    assert [r["batch"] for r in hf] == [1, 8]  # measured, or skipped without transformers
+    for row in decode + [r for r in hf if "skipped" not in r]:
+        assert row["generate_s"] > 0 and row["prefill_s"] > 0 and row["runs"] >= 2 * 8
         assert row["limit_tokens_per_s"] < row["limit_read_tokens_per_s"]  # the table is indexed
         assert row["limit_tokens_per_s"] == pytest.approx(
             row["batch"] * row["copy_bytes_per_s"] / (row["weights_bytes"] + row["cache_bytes"])
         )
-        assert row["cached_tokens_per_s"] > 0 and row["generation_speedup"] > 0
+        assert row["cached_tokens_per_s"] > 0
+        assert row["impl"] == "hf_gpt2" or row["generation_speedup"] > 0
     # Construction at a long context: the state is the four projections' parameters only.
     (construct,) = [r for r in measured if r["experiment"] == "construct"]
     d = cfg.gpt2.d_model
@@ -164,7 +169,18 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         f"peak forward memory at {longest} tokens, right-padded vs unpadded",
         f"construction time at context_length={cfg.construct_context_length}",
         "batch-1 decode, fraction of the bandwidth limit",
+        "batch-1 decode, fraction of the weights-read limit",
     }
+    names = {t["target"] for t in results["targets"]}
+    vs_hf = {"batch-1 decode tokens/s vs HF GPT-2", "batch-8 decode tokens/s vs HF GPT-2",
+             "batch-1 prefill time vs HF GPT-2"}  # fmt: skip
+    if "skipped" in hf[0]:  # no transformers: the comparisons are left out, not failed
+        assert not names & vs_hf
+    else:
+        assert vs_hf <= names
+        assert decode[0]["decode_speed_vs_hf"] == pytest.approx(
+            decode[0]["cached_tokens_per_s"] / hf[0]["cached_tokens_per_s"]
+        )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without CUDA")
@@ -252,10 +268,15 @@ def _document() -> dict[str, Any]:
                                  **sweep))  # fmt: skip
     for batch, frac, read in ((1, 0.52, 0.40), (8, 0.25, 0.20)):
         rows.append({"experiment": "decode", "impl": "gpt2_124m", "mode": "decode",
-                     "batch": batch, "prefill_s": 0.5, "cached_tokens_per_s": 20.0 * batch,
+                     "batch": batch, "num_tokens": 256, "new_tokens": 32, "prefill_s": 0.5, "cached_tokens_per_s": 20.0 * batch,
                      "uncached_tokens_per_s": 2.0, "generation_speedup": 8.0,
                      "limit_tokens_per_s": 40.0 * batch, "fraction_of_limit": frac,
-                     "limit_read_tokens_per_s": 50.0 * batch, "fraction_of_read_limit": read})  # fmt: skip
+                     "limit_read_tokens_per_s": 50.0 * batch, "fraction_of_read_limit": read,
+                     "generate_s": 2.0 * batch})  # fmt: skip
+        rows.append({"experiment": "decode", "impl": "hf_gpt2", "mode": "decode",
+                     "batch": batch, "prefill_s": 0.4, "cached_tokens_per_s": 16.0 * batch,
+                     "generate_s": 2.5 * batch, "fraction_of_read_limit": read * 0.8,
+                     "transformers": "9.9.9"})  # fmt: skip
     for name, s in (("production", 0.4), ("production_compiled", 0.3)):
         rows.append(_row("compile", name, "forward", s, ratio_to_eager=s / 0.4))
     target = {"target": "batch-1 decode, fraction of the bandwidth limit", "value": 0.52,
@@ -355,3 +376,77 @@ def test_live_comparison_shows_quartiles_rounds_and_the_stored_ratio() -> None:
         "in the stored run, at this shape:\n  within the spread of: sdpa_reference"
     )
     assert live.live_conditions(timings).startswith("3 rounds each, load average")
+
+
+def _without_hf(res: dict[str, Any]) -> dict[str, Any]:
+    """`res` as a run before the comparison, or without transformers, wrote it."""
+    rows = [r for r in res["results"] if r["impl"] != "hf_gpt2"]
+    return {**res, "results": [{k: v for k, v in r.items() if k != "generate_s"} for r in rows]}
+
+
+def test_report_hf_table_puts_ours_next_to_hugging_faces() -> None:
+    res = _document()
+    table = report.hf_table(res)
+    assert table.splitlines()[0] == "| | ours | HF GPT-2 (transformers 9.9.9) | ours / HF |"
+    assert "| prefill, batch 1 | 500 ms | 400 ms | 1.25x |" in table
+    assert "| decode (tokens/s), batch 8 | 160.0 | 128.0 | 1.25x |" in table
+    assert "| generation, batch 8 | 16.00 s | 20.00 s | 0.80x |" in table
+    assert "| decode, batch 1: of the weights-read limit | 40% | 32% | |" in table
+    # the other decode tables and the heading keep to our rows
+    assert (
+        report.decode_table(res).count("\n") == 3 and report.bandwidth_table(res).count("\n") == 3
+    )
+    assert "batch 1 and 8," in report.heading(res, "decode")
+
+
+def test_report_draws_a_run_without_hugging_faces_rows() -> None:
+    res = _without_hf(_document())
+    assert "no Hugging Face rows" in report.hf_table(res)
+    assert report.decode_table(res).count("\n") == 3
+    assert "weights-read* limit (50.0 tokens/s)" in report.decode_limits(res)
+
+
+def test_committed_results_draw_every_table() -> None:
+    # The committed files may predate a row or a column: the page must still build from them.
+    docs = bench.load_results()
+    assert docs, "no committed results file"
+    for res in docs:
+        for draw in (report.gpt2_table, report.memory_table, report.decode_table,
+                     report.bandwidth_table, report.decode_limits, report.targets_table,
+                     report.hf_table, report.compile_table, report.variants_table):  # fmt: skip
+            assert isinstance(draw(res), str)
+        assert report.heading(res, "decode")
+
+
+def test_targets_compare_with_hugging_face_only_where_it_was_measured() -> None:
+    from attention_bench.targets import check_targets
+
+    res = _document()
+    targets = {t["target"]: t for t in check_targets(res["results"], "float32", "float32", [256])}
+    assert targets["batch-1 decode tokens/s vs HF GPT-2"]["value"] == pytest.approx(1.25)
+    assert targets["batch-1 decode tokens/s vs HF GPT-2"]["met"] is False  # 1.25 < 1.3
+    assert targets["batch-8 decode tokens/s vs HF GPT-2"]["met"] is True  # 1.25 >= 1.0
+    assert targets["batch-1 prefill time vs HF GPT-2"]["value"] == pytest.approx(1.25)
+    assert targets["batch-1 decode, fraction of the weights-read limit"]["value"] == 0.40
+    without = check_targets(_without_hf(res)["results"], "float32", "float32", [256])
+    assert not [t for t in without if "HF" in t["target"]]
+    assert len(without) == len(targets) - 3
+
+
+def test_decode_without_transformers_records_the_comparison_as_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attention_bench import decode
+    from attention_bench.targets import check_targets
+
+    monkeypatch.setattr(decode.hf_gpt2, "available", lambda: False)
+    cfg = bench.Config.quick("cpu")
+    rows = decode.decode_rows(bench.Device("cpu"), 0, cfg.decode_model, 8, 4)
+    assert [(r["impl"], r["batch"], "skipped" in r) for r in rows] == [
+        ("gpt2_124m", 1, False), ("hf_gpt2", 1, True), ("gpt2_124m", 8, False), ("hf_gpt2", 8, True),
+    ]  # fmt: skip
+    assert "transformers is not installed" in rows[1]["skipped"]
+    assert "decode_speed_vs_hf" not in rows[0]
+    names = [t["target"] for t in check_targets(rows, "float32", "float32", [8])]
+    assert "batch-1 decode, fraction of the weights-read limit" in names
+    assert not [name for name in names if "HF" in name]
