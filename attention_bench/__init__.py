@@ -21,7 +21,14 @@ from __future__ import annotations
 
 from attention_bench.experiments import Config, compare, run
 from attention_bench.flops import attention_flops, flop_terms
-from attention_bench.implementations import REFERENCE, Impl, SDPAReference, Shape, implementations
+from attention_bench.implementations import (
+    REFERENCE,
+    WINDOW,
+    Impl,
+    SDPAReference,
+    Shape,
+    implementations,
+)
 from attention_bench.measuring import Device, Roof, Timing, make_step, measure, roof, state_bytes
 from attention_bench.results import METHOD, RESULTS_DIR, load_results, select
 
@@ -29,6 +36,7 @@ __all__ = [
     "METHOD",
     "REFERENCE",
     "RESULTS_DIR",
+    "WINDOW",
     "Config",
     "Device",
     "Impl",

@@ -12,7 +12,7 @@ r"""What is compared: every attention implementation as one module, `forward(x) 
 | `production_left_padded` | the same with left padding: the first eighth of each row |
 | `torch_mha_padded` | `torch.nn.MultiheadAttention(need_weights=False)` + the right padding |
 | `production_gqa` | production with `num_kv_heads = num_heads / 4` (grouped-query attention) |
-| `production_window` | production with a sliding `window` of 256 tokens |
+| `production_window` | production with a sliding `window` of 1,024 tokens |
 
 Every module has biases on the query/key/value and output projections (GPT-2's choice), so
 all do the same arithmetic (the wrapper has no output projection).
@@ -153,7 +153,7 @@ def _torch_mha(shape: Shape, *, need_weights: bool, padded: bool) -> nn.Module:
     )
 
 
-WINDOW = 256
+WINDOW = 1024
 """The sliding window of `production_window`, in tokens."""
 
 

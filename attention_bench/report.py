@@ -340,7 +340,8 @@ def variants_summary(res: Mapping[str, Any]) -> str:
     return text + (
         f" The window ($w$ = {WINDOW}) needs {min(memory.values()):.2f}x to "
         f"{max(memory.values()):.2f}x multi-head attention's peak forward memory at every "
-        f"$T \\ge 2w$ = {2 * WINDOW} (its blocks hold each key and value twice), and takes "
+        f"$T \\ge 2w$ = {2 * WINDOW} (its blocks of $w$ queries run one after another, each "
+        "over a slice of the keys), and takes "
         f"{window_time:.2f}x its forward+backward time at $T$ = {last:,}."
     )
 

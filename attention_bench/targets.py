@@ -90,6 +90,14 @@ def check_targets(
             1.1,
             "production_window peak bytes / num_tokens: flat when memory grows like T, not T^2",
         )
+    causal_mem = find(rows, impl="production", **sweep)
+    if window_long and causal_mem and causal_mem.get("peak_bytes"):
+        target(
+            f"windowed forward peak memory vs causal attention at {longest} tokens",
+            window_long["peak_bytes"] / causal_mem["peak_bytes"],
+            1.0,
+            "production_window / production, bytes allocated during the forward",
+        )
     ours = {1: find(rows, experiment="decode", impl="gpt2_124m", batch=1),
             8: find(rows, experiment="decode", impl="gpt2_124m", batch=8)}  # fmt: skip
     if ours[1]:

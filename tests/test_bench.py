@@ -319,7 +319,8 @@ def test_report_memory_column_is_over_production_for_every_row() -> None:
     assert "| `production_gqa` | 0.0 MiB | 0.0 MiB | 0.70x |" in table
 
 
-def test_report_variants_summary_says_what_the_rows_show() -> None:
+def test_report_variants_summary_says_what_the_rows_show(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(report, "WINDOW", 256)  # the document's window: T >= 2w = 512 in reach
     text = report.variants_summary(_document())
     assert "grouped heads take 0.80x to 1.20x" in text
     assert "*slower* than multi-head attention at $T$ = 1,024 (1.20x)" in text

@@ -282,3 +282,18 @@ def test_sampling_arguments_and_shared_caches_are_refused_by_name() -> None:
     with pytest.raises(TypeError, match=r"caches must hold one KVCache per block"):
         model(prompt, caches=[None, None])  # type: ignore[list-item]
     assert generate(model, prompt[:0], 3).shape == (0, 2)  # no row: nothing to write
+
+
+def test_layer_norm_and_gelu_are_the_books_formulas() -> None:
+    """The fused kernels compute the formulas the book writes out, to rounding."""
+    from attention.gpt import GELU, LayerNorm
+
+    x = torch.randn(4, 7, 16, dtype=torch.float64) * 3
+    norm = LayerNorm(16).double()
+    with torch.no_grad():
+        norm.scale.uniform_(0.5, 2.0)
+        norm.shift.uniform_(-1.0, 1.0)
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)
+    assert_close(norm(x), norm.scale * (x - mean) / torch.sqrt(var + 1e-5) + norm.shift)
+    tanh = torch.tanh((2.0 / torch.pi) ** 0.5 * (x + 0.044715 * x**3))
+    assert_close(GELU()(x), 0.5 * x * (1 + tanh))
