@@ -187,10 +187,10 @@ def explicit_attention(
         dropout: applied to the weights right after the softmax: a module's `nn.Dropout`,
             which zeroes each weight with probability $p$ and scales the rest by $1/(1-p)$ in
             training mode, and does nothing in eval mode.
-        sink_logits: optional logits $s$ of an *attention sink* (gpt-oss), broadcastable to
-            `(..., num_queries, 1)`: one more term in each softmax, for a key that is always
-            visible and has a zero value, $\alpha_{ij} = e^{\omega_{ij}} / (e^{s} +
-            \sum_{j'} e^{\omega_{ij'}})$; the rows then sum to less than 1.
+        sink_logits: optional logits $z$ of an *attention sink* (gpt-oss), broadcastable to
+            `(..., num_queries, 1)`: one more term $e^{z}$ in each softmax, for a key that is
+            always visible and has a zero value ([`attention.sinks`][attention.sinks]); the
+            rows then sum to less than 1.
 
     Returns:
         `(context_vec, attn_weights)` of shapes `(..., num_queries, d_v)` and

@@ -136,11 +136,10 @@ def sdpa(
 ) -> Tensor:
     r"""The one call of the kernel: `mask` True = may attend (SDPA's convention).
 
-    With `sink_logits` $s$ (gpt-oss), each head's softmax gets one more term, $e^{s}$, for a
-    key that is always visible and whose value is zero, so a head can give less than all of
-    its weight to the tokens:
-    $\alpha_{ij} = e^{\omega_{ij}} / (e^{s} + \sum_{j'} e^{\omega_{ij'}})$. It enters the
-    kernel as a zero key and value and a float mask whose sink column holds $s$.
+    With `sink_logits` $z_h$ (gpt-oss), each head's softmax gets one more term, $e^{z_h}$,
+    for a key that is always visible and whose value is zero, so a head can give less than
+    all of its weight to the tokens ([`attention.sinks`][attention.sinks]). It enters the
+    kernel as a zero key and value and a float mask whose sink column holds $z_h$.
     """
     gqa = queries.shape[1] != keys.shape[1]
     if sink_logits is not None:

@@ -9,11 +9,11 @@ place:
   clause of the visibility rule ([`Visibility(sinks=k)`][attention.visibility.Visibility]),
   and a ring-buffer cache keeps those $k$ beside the last $w$
   ([`KVCache`][attention.cache.KVCache]).
-- **a learned sink logit** (gpt-oss): each head $h$ learns a logit $s_h$ for a "key" that is
+- **a learned sink logit** (gpt-oss): each head $h$ learns a logit $z_h$ for a "key" that is
   always visible and carries no value, so its weights may sum to less than 1:
 
 $$
-\alpha_{ij} = \frac{e^{\omega_{ij}}}{e^{s_h} + \sum_{j'} e^{\omega_{ij'}}}.
+\alpha_{ij} = \frac{e^{\omega_{ij} / \sqrt{d_k}}}{e^{z_h} + \sum_{j'} e^{\omega_{ij'} / \sqrt{d_k}}}.
 $$
 
 This module holds the second: [`softmax_with_sink`][attention.sinks.softmax_with_sink] for
@@ -35,7 +35,7 @@ __all__ = ["softmax_with_sink", "with_sink"]
 
 
 def softmax_with_sink(scores: Tensor, sink_logits: Tensor) -> Tensor:
-    """Softmax over the last dimension with one more term, $e^{s}$, that takes no key.
+    """Softmax over the last dimension with one more term, $e^{z}$, that takes no key.
 
     Args:
         scores: `(..., num_queries, num_keys)`, masked entries at $-\\infty$.
@@ -59,7 +59,7 @@ def with_sink(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The kernel's inputs with a sink: a zero key and value appended, and a float mask.
 
-    The mask holds 0 where a query sees a token, $-\\infty$ where it does not, and $s$ (each
+    The mask holds 0 where a query sees a token, $-\\infty$ where it does not, and $z_h$ (each
     head's sink logit) in the sink's column.
 
     Args:
@@ -81,7 +81,7 @@ def with_sink(
     if mask is not None:
         bias = torch.where(mask, bias, float("-inf"))  # (..., T, S)
     bias = bias.expand(b, h, num_tokens, num_keys)
-    # the kernel adds the mask after scaling q.k: the zero key's score is exactly s
+    # the kernel adds the mask after scaling q.k: the zero key's score is exactly z_h
     sink = sink_logits.to(queries.dtype)[None, :, None, None].expand(b, h, num_tokens, 1)
     zero = keys.new_zeros(b, keys.shape[1], 1, keys.shape[-1])
     keys = torch.cat((keys, zero), dim=-2)  # (b, h_kv, S + 1, d_h)

@@ -6,10 +6,11 @@ configuration, and on one integer per token, its **segment** $s$ (which document
 to; $-1$ for padding):
 
 $$
-\operatorname{visible}(i, j) =
-\underbrace{[p_j \le p_i]}_{\text{causal}} \wedge
-\big(\underbrace{[p_i - p_j < w]}_{\text{window}} \vee \underbrace{[p_j < k]}_{\text{sinks}}\big)
-\wedge \underbrace{[s_i = s_j \ge 0]}_{\text{document, padding}} .
+\begin{aligned}
+\operatorname{visible}(i, j) = {} & [p_j \le p_i] && \text{causal} \\
+\wedge {} & \big([p_i - p_j < w] \vee [p_j < k]\big) && \text{window, sinks} \\
+\wedge {} & [s_i = s_j \ge 0] && \text{document, padding}
+\end{aligned}
 $$
 
 The first two factors are [`Visibility`][attention.visibility.Visibility], a function of two

@@ -86,3 +86,16 @@ def test_executed_blocks_are_short(page: Path) -> None:
         if match["code"].count("\n") > 25
     ]
     assert long == []
+
+
+def test_no_control_characters_in_pages_or_docstrings() -> None:
+    """A `\\t` or `\\b` written through a non-raw string turns `\\text` or `\\big` into a tab or a
+    backspace: MathJax then shows an input error that the strict build does not catch."""
+    sources = [*PAGES, *sorted((ROOT / "attention").glob("*.py"))]
+    bad = {
+        str(p.relative_to(ROOT)): n
+        for p in sources
+        for n, line in enumerate(p.read_text().splitlines(), start=1)
+        if any(c in line for c in "\x07\x08\x0b\x0c\t")
+    }
+    assert bad == {}
