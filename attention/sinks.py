@@ -13,7 +13,8 @@ place:
   always visible and carries no value, so its weights may sum to less than 1:
 
 $$
-\alpha_{ij} = \frac{e^{\omega_{ij} / \sqrt{d_k}}}{e^{z_h} + \sum_{j'} e^{\omega_{ij'} / \sqrt{d_k}}}.
+\alpha_{ij} = \frac{e^{s_{ij}}}{e^{z_h} + \sum_{j'} e^{s_{ij'}}}, \qquad
+s_{ij} = \frac{\omega_{ij}}{\sqrt{d_k}}.
 $$
 
 This module holds the second: [`softmax_with_sink`][attention.sinks.softmax_with_sink] for
