@@ -3,7 +3,7 @@ r"""The attention explorer: a GPT's scores, computed at build time, softmaxed in
 [`explorer_data`][attention.explorer.explorer_data] runs a
 [`GPTModel`][attention.gpt.GPTModel] on a few named sentences and keeps, for every layer and
 head, the scaled scores $S = QK^\top/\sqrt{d_h}$ *before* the mask and the softmax
-([`attention_scores`][attention.heads.attention_scores]), rounded to `decimals` places.
+([`model_scores`][attention.heads.model_scores]), rounded to `decimals` places.
 [`explorer_html`][attention.explorer.explorer_html] embeds them in a page as JSON, and the
 site's `docs/javascripts/explorer.js` draws them. The browser computes one step only,
 
@@ -15,10 +15,10 @@ at the temperature $\tau$ the reader picks, with the causal mask $M$ ($-\infty$ 
 diagonal, and beyond the window if the model has one) or without it.
 [`explorer_weights`][attention.explorer.explorer_weights] is that step in Python: at
 $\tau = 1$ with the mask it gives back
-[`attention_weights`][attention.heads.attention_weights], to the rounding.
+[`model_weights`][attention.heads.model_weights], to the rounding.
 
 Examples:
-    >>> from attention.heads import attention_weights
+    >>> from attention.heads import model_weights
     >>> _ = torch.manual_seed(0)
     >>> cfg = {"vocab_size": 10, "context_length": 8, "emb_dim": 16, "n_heads": 2,
     ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}
@@ -28,7 +28,7 @@ Examples:
     >>> data["n_layers"], data["n_heads"], data["causal"], data["sentences"][0]["tokens"]
     (2, 2, True, ['1', '2', '3', '1', '2', '3'])
     >>> browser = explorer_weights(data, "one two three, twice")  # (n_layers, n_heads, T, T)
-    >>> exact = attention_weights(model, idx)[:, 0]  # (n_layers, n_heads, T, T)
+    >>> exact = model_weights(model, idx)[:, 0]  # (n_layers, n_heads, T, T)
     >>> bool((browser - exact).abs().max() < 1e-3)  # equal to the rounding of the scores
     True
     >>> explorer_html(data).startswith('<div class="attention-explorer" data-attention-explorer')
@@ -48,7 +48,7 @@ from torch import Tensor
 
 from attention.checks import check_flag, check_ids, check_size
 from attention.gpt import GPTModel
-from attention.heads import attention_scores
+from attention.heads import model_scores
 from attention.multihead import MultiHeadAttention
 
 __all__ = ["MAX_TOKENS", "explorer_data", "explorer_html", "explorer_weights"]
@@ -125,7 +125,7 @@ def explorer_data(
     out: list[dict[str, Any]] = []
     for name, idx in sentences.items():
         tokens = _labels(name, _ids(model, name, idx), labels)
-        scores = attention_scores(model, idx)[:, 0]  # (n_layers, n_heads, T, T)
+        scores = model_scores(model, idx)[:, 0]  # (n_layers, n_heads, T, T)
         rounded = torch.round(scores.double(), decimals=decimals) + 0.0  # + 0.0: no -0.0
         hidden = atts[0].mask(len(tokens))  # (T, T), the layers' one rule: True = hidden
         rows = ["".join("1" if h else "0" for h in row) for row in hidden.tolist()]

@@ -7,8 +7,8 @@ S = \frac{Q K^\top}{\sqrt{d_h}} \in \mathbb{R}^{T \times T}, \qquad
 \alpha = \operatorname{softmax}(S + M),
 $$
 
-with $M$ the causal mask (and window). [`attention_scores`][attention.heads.attention_scores]
-returns $S$ for every layer and head, [`attention_weights`][attention.heads.attention_weights]
+with $M$ the causal mask (and window). [`model_scores`][attention.heads.model_scores]
+returns $S$ for every layer and head, [`model_weights`][attention.heads.model_weights]
 returns $\alpha$. Two numbers say what a head does with them:
 
 - its **previous-token score**, the weight each query puts on the token just before it,
@@ -30,7 +30,7 @@ Examples:
     >>> idx = repeated_tokens(3, 4, vocab_size=20)  # (batch, 2n): n tokens, then again
     >>> bool((idx[:, :4] == idx[:, 4:]).all())
     True
-    >>> weights = attention_weights(model, idx)  # (n_layers, batch, n_heads, T, T)
+    >>> weights = model_weights(model, idx)  # (n_layers, batch, n_heads, T, T)
     >>> weights.shape
     torch.Size([2, 3, 2, 8, 8])
     >>> bool(torch.allclose(weights.sum(-1), torch.ones(2, 3, 2, 8)))  # rows sum to 1
@@ -58,8 +58,8 @@ from attention.text import gpt2_encoding, sample_text
 __all__ = [
     "InductionRun",
     "ablate_head",
-    "attention_scores",
-    "attention_weights",
+    "model_scores",
+    "model_weights",
     "induction_score",
     "previous_token_score",
     "repeated_tokens",
@@ -73,7 +73,7 @@ def _blocks(model: GPTModel) -> list[TransformerBlock]:
     return list(model.trf_blocks)  # type: ignore[arg-type]
 
 
-def attention_scores(model: GPTModel, idx: Tensor) -> Tensor:
+def model_scores(model: GPTModel, idx: Tensor) -> Tensor:
     r"""The scaled scores $S = QK^\top/\sqrt{d_h}$ of every layer and head, before any mask.
 
     Runs `model` on `idx` once (no gradients), keeps the input each block's attention
@@ -114,7 +114,7 @@ def attention_scores(model: GPTModel, idx: Tensor) -> Tensor:
     return torch.stack(scores)  # (n_layers, b, h, T, T)
 
 
-def attention_weights(model: GPTModel, idx: Tensor) -> Tensor:
+def model_weights(model: GPTModel, idx: Tensor) -> Tensor:
     r"""The weights $\alpha = \operatorname{softmax}(S + M)$ of every layer and head.
 
     Args:
@@ -125,7 +125,7 @@ def attention_weights(model: GPTModel, idx: Tensor) -> Tensor:
         `(n_layers, batch, n_heads, num_tokens, num_tokens)`; each row sums to 1, and is 0
         above the diagonal (and beyond a window).
     """
-    scores = attention_scores(model, idx)  # (L, b, h, T, T)
+    scores = model_scores(model, idx)  # (L, b, h, T, T)
     masks = [block.att.mask(idx.shape[1], idx.device) for block in _blocks(model)]
     mask = torch.stack(masks)[:, None, None]  # (L, 1, 1, T, T)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
@@ -402,7 +402,7 @@ def _log(run: InductionRun, step: int, probe: Tensor) -> None:
         losses = nn.functional.cross_entropy(
             logits.transpose(1, 2), probe[:, 1:], reduction="none"
         )  # (b, 2n - 1): loss of predicting token t + 1
-    weights = attention_weights(run.model, probe)  # (L, b, h, T, T)
+    weights = model_weights(run.model, probe)  # (L, b, h, T, T)
     run.steps.append(step)
     run.loss_first.append(float(losses[:, : n - 1].mean()))  # targets 1..n-1: random
     run.loss_repeated.append(float(losses[:, n:].mean()))  # targets n+1..2n-1: copies

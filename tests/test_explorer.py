@@ -16,7 +16,7 @@ from torch.testing import assert_close
 
 from attention.explorer import MAX_TOKENS, explorer_data, explorer_html, explorer_weights
 from attention.gpt import GPTModel
-from attention.heads import attention_scores, attention_weights
+from attention.heads import model_scores, model_weights
 
 CFG = {"vocab_size": 12, "context_length": 64, "emb_dim": 16, "n_heads": 2, "n_layers": 3,
        "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
@@ -67,7 +67,7 @@ def test_the_scores_are_the_models_rounded(
 ) -> None:
     for decimals in (2, 4):
         data = explorer_data(model, sentences, names, decimals=decimals)
-        exact = attention_scores(model, sentences["long"])[:, 0]  # (L, H, T, T)
+        exact = model_scores(model, sentences["long"])[:, 0]  # (L, H, T, T)
         kept = torch.tensor(data["sentences"][1]["scores"], dtype=torch.float64)
         error = (kept - exact.double()).abs().max()
         assert 0 < error <= 0.5 * 10**-decimals + 1e-7  # rounded, and to that precision
@@ -81,7 +81,7 @@ def test_the_browsers_softmax_gives_back_the_models_weights(
     data = explorer_data(model, sentences, names)  # 3 decimals
     window = data["window"]
     for k, idx in enumerate(sentences.values()):
-        exact = attention_weights(model, idx)[:, 0]  # (L, H, T, T)
+        exact = model_weights(model, idx)[:, 0]  # (L, H, T, T)
         scores = torch.tensor(data["sentences"][k]["scores"], dtype=torch.float64)
         in_python = masked_softmax(scores, window, temperature=1.0)
         assert_close(in_python, exact.double(), atol=1.5e-3, rtol=0)
