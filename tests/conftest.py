@@ -1,8 +1,8 @@
 """Shared fixtures: the device every equivalence test runs on, and small seeded inputs.
 
-And how the suite runs on several cores: `nox -s tests` runs pytest with
-`-n 2 --dist loadgroup` (pytest-xdist), one worker process per core. See
-`pytest_collection_modifyitems` for the order and the groups the workers are handed.
+And how the suite runs on several cores: `nox -s tests` runs pytest with `--dist loadgroup`
+and one pytest-xdist worker per core (at most 4). See `pytest_collection_modifyitems` for the
+order and the groups the workers are handed.
 """
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ GROUPS = "attention_groups"
 """The `workerinput` key of the folder where the workers write each test's group."""
 
 
+def cores() -> int:
+    """The CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):  # Linux: what taskset or a container allows
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under `ATTENTION_DEVICE=cuda` (the GPU sessions), a missing GPU is an error, not a skip.
 
@@ -42,14 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), cores() // WORKERS)))
 
 
-def cores() -> int:
-    """The CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):  # Linux: what taskset or a container allows
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+@pytest.hookimpl(trylast=True)  # the final list: after -k and -m have deselected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """In an xdist worker: the slow tests first, and the users of a shared fixture grouped.
 
@@ -83,9 +83,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             names.add(f"{item.path.name}:{','.join(shared)}")
         if names:
             groups[item.nodeid] = "+".join(sorted(names))
-    folder = config.workerinput.get(GROUPS)  # type: ignore[attr-defined]
-    if folder:
-        path = os.path.join(folder, f"{config.workerinput['workerid']}.json")  # type: ignore[attr-defined]
+    workerinput = getattr(config, "workerinput", {})  # set by xdist in its workers
+    if GROUPS in workerinput:
+        path = os.path.join(workerinput[GROUPS], f"{workerinput['workerid']}.json")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(groups, f)
         os.replace(path + ".tmp", path)
@@ -122,9 +122,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:  # every worker has collected by now: read one's file
                 folder = config.stash[_GROUPS_FOLDER]
-                first = min(n for n in os.listdir(folder) if n.endswith(".json"))
-                with open(os.path.join(folder, first), encoding="utf-8") as f:
-                    self.groups = json.load(f)
+                files = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+                self.groups = {}  # none written: tests/ was not collected, nothing grouped
+                if files:
+                    with open(os.path.join(folder, files[0]), encoding="utf-8") as f:
+                        self.groups = json.load(f)
             return self.groups.get(nodeid) or super()._split_scope(nodeid)
 
     return Scheduling(config, log)
