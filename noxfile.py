@@ -78,9 +78,27 @@ def lint(session: nox.Session) -> None:
     session.run("actionlint")  # .github/workflows/*.yml
 
 
+def test_workers() -> int:
+    """pytest-xdist workers for `tests`: one per core, at most 4, none on a single core.
+
+    The suite's longest tests are the three induction-head trainings (about 17 s each on one
+    core); past 4 workers they, not the core count, set the wall time.
+    """
+    if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may use
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    return min(cores, 4) if cores > 1 else 0
+
+
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Unit, property and equivalence tests plus the package's doctests."""
+    """Unit, property and equivalence tests plus the package's doctests, on every core.
+
+    pytest-xdist runs them in `test_workers()` processes (`-n 0` after `--` runs them in this
+    one, e.g. for `--pdb`); tests/conftest.py sets each worker's torch threads and keeps the
+    users of a shared fixture on one worker (`--dist loadgroup`).
+    """
     install_torch(session)
     session.install("-e", ".[test,bench]")  # bench: tests/test_hf.py (skipped without it)
     session.run(
@@ -93,6 +111,8 @@ def tests(session: nox.Session) -> None:
         "README.md",
         "--doctest-modules",
         "--doctest-glob=README.md",
+        f"--numprocesses={test_workers()}",
+        "--dist=loadgroup",
         *session.posargs,
     )
 
