@@ -136,6 +136,11 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm attention and feed-forward, each with a shortcut (residual) connection.
 
+    The model checks its inputs once, so the block calls its attention's
+    [`attend`][attention.multihead.MultiHeadAttention.attend] (the forward without the
+    checks): a forward hook on `att` itself does not fire inside a `GPTModel`; hook its
+    projections (`att.W_query`, `att.out_proj`) or `norm1`, whose output is what it reads.
+
     Attributes:
         att: the block's `MultiHeadAttention` (causal; the config's heads, window and RoPE).
         ff: its `FeedForward`.
