@@ -58,9 +58,9 @@ from attention.text import gpt2_encoding, sample_text
 __all__ = [
     "InductionRun",
     "ablate_head",
+    "induction_score",
     "model_scores",
     "model_weights",
-    "induction_score",
     "previous_token_score",
     "repeated_tokens",
     "train_induction",

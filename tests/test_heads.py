@@ -11,9 +11,9 @@ from attention.gpt import GPTModel
 from attention.heads import (
     _periodic,
     ablate_head,
+    induction_score,
     model_scores,
     model_weights,
-    induction_score,
     previous_token_score,
     repeated_tokens,
     train_induction,
