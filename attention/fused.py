@@ -10,6 +10,8 @@ the kernel the least it needs:
 | --- | --- |
 | not causal, one segment | nothing |
 | causal, queries from position 0, every query sees all earlier keys | `is_causal` |
+| causal, padding after the real tokens | `is_causal`, padded rows zeroed |
+| causal without sinks, one run of real tokens (left padding) | the same, each row rolled until its run starts at 0 |
 | one new query that sees every key it is given (decode) | nothing |
 | causal with a window $w$, queries from position 0, $T > w$ | blocks of $w$ queries, each with its own $(w, \le 2w)$ mask ([`sliding_window_attention`][attention.fused.sliding_window_attention]) |
 | anything else (padding, documents, chunks after a cache) | the bool mask [`visible`][attention.visibility.visible] |
@@ -30,7 +32,7 @@ from torch import Tensor
 from attention.sinks import with_sink
 from attention.visibility import Visibility, visible
 
-__all__ = ["fused_attention", "sdpa", "sliding_window_attention"]
+__all__ = ["fused_attention", "roll_tokens", "sdpa", "sliding_window_attention"]
 
 
 def fused_attention(
@@ -45,6 +47,7 @@ def fused_attention(
     k_seg: Tensor | None = None,
     padding: bool = False,
     right_padded: bool = False,
+    run_start: Tensor | None = None,
     dropout_p: float = 0.0,
     sink_logits: Tensor | None = None,
 ) -> Tensor:
@@ -66,6 +69,11 @@ def fused_attention(
         right_padded: besides, the padding comes after each row's real tokens, and the keys
             are the queries: under a causal rule no real query can reach a padded key (each
             comes after it), so the kernel needs no mask at all.
+        run_start: or `(b,)`: each row's real tokens are one run starting there (left
+            padding). A rule of distances alone (causal, a window, no sinks) sees the same
+            pairs once every position of a row shifts by one amount, so each row's queries,
+            keys and values are rolled until the run starts at 0, attended as right padding,
+            and rolled back ([`roll_tokens`][attention.fused.roll_tokens]).
         dropout_p: dropout on the weights.
         sink_logits: `(h,)` a learned logit per head for "attend to nothing", or None.
 
@@ -74,6 +82,11 @@ def fused_attention(
     """
     if q_seg is not None and padding:  # only padding: zero its rows after the kernel
         padded = (q_seg < 0)[:, None, :, None]  # (b, 1, T, 1)
+        if run_start is not None and rule.causal and not rule.sinks:  # roll into right padding
+            queries, keys, values = (roll_tokens(t, run_start) for t in (queries, keys, values))
+            context_vec = fused_attention(queries, keys, values, rule, dropout_p=dropout_p,
+                                          sink_logits=sink_logits)  # fmt: skip
+            return roll_tokens(context_vec, -run_start).masked_fill(padded, 0.0)
         if right_padded and rule.causal:  # no real query reaches a padded key: no segments
             q_seg = k_seg = None
         elif not rule.causal and key_positions is None:  # whom a real query sees: (b, 1, 1, S)
@@ -115,6 +128,21 @@ def fused_attention(
     context_vec = sdpa(queries, keys, values, mask | padded, dropout_p=dropout_p,
                        sink_logits=sink_logits)  # fmt: skip
     return context_vec.masked_fill(padded, 0.0)
+
+
+def roll_tokens(t: Tensor, shift: Tensor) -> Tensor:
+    """Row `b` of `(b, h, T, d)` rolled back by `shift[b]` tokens: token `(j + shift) mod T` to `j`.
+
+    `roll_tokens(roll_tokens(t, shift), -shift)` is `t`.
+
+    Examples:
+        >>> t = torch.arange(4.0).view(1, 1, 4, 1)
+        >>> roll_tokens(t, torch.tensor([1])).flatten()
+        tensor([1., 2., 3., 0.])
+    """
+    num_tokens = t.shape[2]
+    index = (torch.arange(num_tokens, device=t.device) + shift[:, None]) % num_tokens  # (b, T)
+    return t.gather(2, index[:, None, :, None].expand_as(t))
 
 
 def _positions(keys: Tensor, key_positions: Tensor | None) -> Tensor:

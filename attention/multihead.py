@@ -362,8 +362,10 @@ class MultiHeadAttention(nn.Module):
             self.check_cache(cache, b, num_tokens)
         seg = segments(key_padding_mask, document_ids)  # (b, T) or None
         padding = document_ids is None and key_padding_mask is not None
-        right = padding and cache is None and _right_padded(key_padding_mask)  # type: ignore[arg-type]
+        start = _run_start(key_padding_mask) if padding and cache is None else None  # type: ignore[arg-type]
+        right = start is not None and not bool(start.any())  # each row's real tokens first
         out, attn_weights = self.attend(x, cache, seg, padding=padding, right_padded=right,
+                                        run_start=None if right else start,
                                         need_weights=need_weights)  # fmt: skip
         return out if attn_weights is None else (out, attn_weights)
 
@@ -375,6 +377,7 @@ class MultiHeadAttention(nn.Module):
         *,
         padding: bool = False,
         right_padded: bool = False,
+        run_start: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """The forward's computation, without its checks: for callers that made them.
@@ -389,6 +392,7 @@ class MultiHeadAttention(nn.Module):
                 ([`segments`][attention.visibility.segments]), or None.
             padding: the segments are only padding (no documents).
             right_padded: and that padding comes after each row's real tokens.
+            run_start: or, `(batch,)`: each row's real tokens are one run from there.
             need_weights: also return the weights (explicit path).
 
         Returns:
@@ -418,6 +422,7 @@ class MultiHeadAttention(nn.Module):
             context_vec = fused_attention(
                 queries, keys, values, self.rule, start=start, key_positions=key_positions,
                 q_seg=segments, k_seg=key_seg, padding=padding, right_padded=right_padded,
+                run_start=run_start,
                 dropout_p=self.dropout.p if self.training else 0.0, sink_logits=self.sink_logits,
             )  # fmt: skip
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
@@ -673,11 +678,20 @@ def _readable(t: Tensor) -> bool:
     return not torch.compiler.is_exporting() and t.device.type != "meta"
 
 
-def _right_padded(key_padding_mask: Tensor) -> bool:
-    """Whether every row is real tokens, then padding (`[F, ..., F, T, ..., T]`): O(b T)."""
+def _run_start(key_padding_mask: Tensor) -> Tensor | None:
+    """Each row's first real token, `(batch,)`, if every row's real tokens are one run; else None.
+
+    All zeros: right padding. None too where the mask's values cannot be read (exporting,
+    `meta`) or there are no tokens. O(b T), one host synchronisation, before any kernel.
+    """
     if not _readable(key_padding_mask) or key_padding_mask.shape[1] == 0:
-        return False
-    return bool((key_padding_mask[:, :-1] <= key_padding_mask[:, 1:]).all())
+        return None
+    real = ~key_padding_mask  # (b, T)
+    first = real.int().argmax(dim=1)  # (b,): the first real token (0 for a row of padding)
+    positions = torch.arange(real.shape[1], device=real.device)  # (T,)
+    last = first + real.sum(dim=1)  # (b,): one past the last real token
+    run = (positions >= first[:, None]) & (positions < last[:, None])  # (b, T)
+    return first if bool((run == real).all()) else None
 
 
 def _drop_book_mask(

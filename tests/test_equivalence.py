@@ -130,8 +130,8 @@ def test_equals_torch_multihead_attention(
         (True, "right", "is_causal, no mask"),  # the causal mask already hides right padding
         (False, "right", "bool (b, 1, 1, T)"),
         (False, "left", "bool (b, 1, 1, T)"),
-        (True, "left", "bool (b, 1, T, T)"),  # padded keys before real queries: a mask
-        (True, "middle", "bool (b, 1, T, T)"),
+        (True, "left", "is_causal, no mask"),  # each row rolled into right padding first
+        (True, "middle", "is_causal, no mask"),
         (True, "holes", "bool (b, 1, T, T)"),
     ],
 )
