@@ -159,8 +159,16 @@ def rotate_half(x: Tensor) -> Tensor:
     check_tensor("x", x)
     if x.ndim == 0 or x.shape[-1] % 2:
         raise ValueError(f"rotate_half needs an even last dimension, got shape {tuple(x.shape)}")
+    return _rotate_half(x)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return x * cos + _rotate_half(x) * sin  # the checks were made by the caller
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -186,7 +194,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         The rotated `x`, same shape.
     """
     _check_rope_inputs(x, cos, sin)
-    return x * cos + rotate_half(x) * sin
+    return _rope(x, cos, sin)
 
 
 def _check_rope_inputs(x: Tensor, cos: Tensor, sin: Tensor) -> None:
@@ -256,7 +264,7 @@ class RotaryTable:
 
     def __init__(self, head_dim: int, base: float = 10000.0, limit: int = 1 << 16) -> None:
         self.limit = limit  # the table covers positions below this; later ones are computed
-        self.theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h/2,)
+        self.head_dim, self.base = head_dim, base
         self._tables: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
     def angles(
@@ -264,25 +272,17 @@ class RotaryTable:
     ) -> tuple[Tensor, Tensor]:
         """`(cos, sin)` at positions `start ... start + num_tokens - 1`, `(num_tokens, d_h)`."""
         end = start + num_tokens
+        where = {"device": device, "dtype": dtype}
         if end > self.limit:  # far positions (unbounded generation): this chunk's only
-            positions = torch.arange(start, end, dtype=torch.float64)
-            angles = positions[:, None] * self.theta
-            angles = torch.cat((angles, angles), dim=-1)
-            return (angles.cos().to(device=device, dtype=dtype),
-                    angles.sin().to(device=device, dtype=dtype))  # fmt: skip
+            return rope_angles(num_tokens, self.head_dim, self.base, offset=start, **where)
         table = self._tables.get((device, dtype))
         if table is None or table[0].shape[0] < end:
             size = max(256, 1 << max(end - 1, 1).bit_length())
-            positions = torch.arange(size, dtype=torch.float64)  # m: (N,)
-            angles = positions[:, None] * self.theta  # m * theta_i: (N, d_h/2)
-            angles = torch.cat((angles, angles), dim=-1)  # (N, d_h): pair (i, i + d_h/2)
-            table = (angles.cos().to(device=device, dtype=dtype),
-                     angles.sin().to(device=device, dtype=dtype))  # fmt: skip
-            self._tables[(device, dtype)] = table
+            table = self._tables[(device, dtype)] = rope_angles(size, self.head_dim, self.base,
+                                                                **where)  # fmt: skip
         return table[0][start:end], table[1][start:end]
 
     def rotate(self, x: Tensor, start: int) -> Tensor:
         """`x` (`(..., T, d_h)`) rotated at positions `start ... start + T - 1`."""
         cos, sin = self.angles(start, x.shape[-2], x.device, x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # x cos + rotate_half(x) sin
+        return _rope(x, cos, sin)
