@@ -33,7 +33,7 @@ from torch import Tensor
 
 from attention.checks import check_flag, check_size, check_tensor
 from attention.sinks import softmax_with_sink
-from attention.visibility import Visibility
+from attention.visibility import Visibility, chunk_mask
 
 __all__ = [
     "attention_scores",
@@ -152,10 +152,8 @@ def causal_mask(
                 [False, False,  True],
                 [ True, False, False]])
     """
-    check_size("num_tokens", num_tokens, minimum=0)
-    positions = torch.arange(num_tokens, device=device)
     rule = Visibility(causal=True, window=window)  # attention.visibility: the one definition
-    return ~rule(positions[:, None], positions[None, :])  # True = hidden: j > i, j <= i - w
+    return chunk_mask(0, num_tokens, rule, device)  # True = hidden: j > i, j <= i - w
 
 
 def explicit_attention(

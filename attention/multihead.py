@@ -38,7 +38,7 @@ from attention.checks import (
 from attention.core import causal_mask, explicit_attention
 from attention.fused import fused_attention
 from attention.positions import RotaryTable, rope_frequencies
-from attention.visibility import Visibility, segments, visible
+from attention.visibility import Visibility, chunk_mask, segments, visible
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
 
@@ -481,9 +481,7 @@ class MultiHeadAttention(nn.Module):
                     [False, False,  True],
                     [ True, False, False]])
         """
-        check_size("num_tokens", num_tokens, minimum=0)
-        positions = torch.arange(num_tokens, device=device)
-        return ~visible(self.rule, positions, positions)
+        return chunk_mask(0, num_tokens, self.rule, device)
 
     def init_cache(self, batch_size: int, max_tokens: int | None = None) -> KVCache:
         """An empty key/value cache for generating with this module, on its device and dtype.

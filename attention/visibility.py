@@ -167,7 +167,12 @@ def segments(
     return seg if key_padding_mask is None else seg.masked_fill(key_padding_mask, -1)
 
 
-def chunk_mask(start: int, num_tokens: int, rule: Visibility | None = None) -> Tensor:
+def chunk_mask(
+    start: int,
+    num_tokens: int,
+    rule: Visibility | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """What a chunk of queries at positions `start ...` may not see of keys `0 ... end - 1`.
 
     In the core's convention, True = hidden (the `mask` of
@@ -178,6 +183,7 @@ def chunk_mask(start: int, num_tokens: int, rule: Visibility | None = None) -> T
         start: $L$, the tokens before the chunk (the cache's length).
         num_tokens: $T$, the chunk's queries.
         rule: the layer's rule; default causal, no window.
+        device: where to build it.
 
     Returns:
         `(T, L + T)`.
@@ -189,5 +195,6 @@ def chunk_mask(start: int, num_tokens: int, rule: Visibility | None = None) -> T
     """
     check_size("start", start, minimum=0)
     check_size("num_tokens", num_tokens, minimum=0)
-    q_pos = torch.arange(start, start + num_tokens)
-    return ~visible(rule or Visibility(), q_pos, torch.arange(start + num_tokens))
+    q_pos = torch.arange(start, start + num_tokens, device=device)
+    k_pos = torch.arange(start + num_tokens, device=device)
+    return ~visible(rule or Visibility(), q_pos, k_pos)
