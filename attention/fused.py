@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.sinks import with_sink
-from attention.visibility import Visibility, visible
+from attention.visibility import Visibility, same_segment, visible
 
 __all__ = ["fused_attention", "roll_tokens", "sdpa", "sliding_window_attention"]
 
@@ -88,19 +88,15 @@ def fused_attention(
                                           sink_logits=sink_logits)  # fmt: skip
             return roll_tokens(context_vec, -run_start).masked_fill(padded, 0.0)
         if right_padded and rule.causal:  # no real query reaches a padded key: no segments
-            q_seg = k_seg = None
-        elif not rule.causal and key_positions is None:  # whom a real query sees: (b, 1, 1, S)
+            context_vec = fused_attention(queries, keys, values, rule, dropout_p=dropout_p,
+                                          sink_logits=sink_logits)  # fmt: skip
+            return context_vec.masked_fill(padded, 0.0)
+        if not rule.causal:  # the rule hides no position: a real query sees the real keys
             assert k_seg is not None
-            real = torch.zeros_like(q_seg[:, :1])  # a real query's segment
-            mask = visible(rule, queries.new_zeros(1, dtype=torch.long), _positions(keys, None),
-                           real, k_seg)  # fmt: skip
+            mask = same_segment(torch.zeros_like(q_seg[:, :1]), k_seg)  # (b, 1, 1, S)
             mask = mask | ~mask.any(-1, keepdim=True)  # an all-padding row: any, then 0
             return sdpa(queries, keys, values, mask, dropout_p=dropout_p,
                         sink_logits=sink_logits).masked_fill(padded, 0.0)  # fmt: skip
-        return fused_attention(queries, keys, values, rule, start=start,
-                               key_positions=key_positions, q_seg=q_seg, k_seg=k_seg,
-                               dropout_p=dropout_p, sink_logits=sink_logits
-                               ).masked_fill(padded, 0.0)  # fmt: skip
     num_tokens, num_keys = queries.shape[-2], keys.shape[-2]
     end = start + num_tokens
     window = rule.window
