@@ -470,10 +470,9 @@ def _generate_cached(
     out[:, :n] = idx
     caches = model.init_caches(b, context_size)
     unbounded = model.unbounded
-    chunk = model.context_length  # an unbounded model's prompt goes in chunks that fit
-    start = 0 if unbounded else max(0, n - context_size)
-    for first in range(start, n, chunk if unbounded else n):
-        logits = model.logits(out[:, first : min(first + chunk, n)], caches, last_only=True)
+    start = 0 if unbounded else max(0, n - context_size)  # the tokens the model is given
+    for part in out[:, start:n].split(model.context_length, dim=1):  # each call fits
+        logits = model.logits(part, caches, last_only=True)
     done = torch.zeros(b, 1, dtype=torch.bool, device=idx.device)
     length = n
     for _ in range(max_new_tokens):

@@ -272,14 +272,14 @@ class RotaryTable:
     ) -> tuple[Tensor, Tensor]:
         """`(cos, sin)` at positions `start ... start + num_tokens - 1`, `(num_tokens, d_h)`."""
         end = start + num_tokens
-        where = {"device": device, "dtype": dtype}
         if end > self.limit:  # far positions (unbounded generation): this chunk's only
-            return rope_angles(num_tokens, self.head_dim, self.base, offset=start, **where)
+            return rope_angles(num_tokens, self.head_dim, self.base, offset=start,
+                               device=device, dtype=dtype)  # fmt: skip
         table = self._tables.get((device, dtype))
         if table is None or table[0].shape[0] < end:
             size = max(256, 1 << max(end - 1, 1).bit_length())
-            table = self._tables[(device, dtype)] = rope_angles(size, self.head_dim, self.base,
-                                                                **where)  # fmt: skip
+            table = rope_angles(size, self.head_dim, self.base, device=device, dtype=dtype)
+            self._tables[(device, dtype)] = table
         return table[0][start:end], table[1][start:end]
 
     def rotate(self, x: Tensor, start: int) -> Tensor:

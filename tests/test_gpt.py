@@ -297,3 +297,16 @@ def test_layer_norm_and_gelu_are_the_books_formulas() -> None:
     assert_close(norm(x), norm.scale * (x - mean) / torch.sqrt(var + 1e-5) + norm.shift)
     tanh = torch.tanh((2.0 / torch.pi) ** 0.5 * (x + 0.044715 * x**3))
     assert_close(GELU()(x), 0.5 * x * (1 + tanh))
+
+
+def test_an_unbounded_model_takes_a_prompt_longer_than_its_context_in_chunks() -> None:
+    cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
+           "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10000.0, "window": 5}  # fmt: skip
+    model = GPTModel(cfg).eval()
+    whole = GPTModel({**cfg, "context_length": 64}).eval()
+    whole.load_state_dict(model.state_dict())  # RoPE: no weight depends on context_length
+    prompt = torch.randint(0, 50, (2, 40))  # 2.5 x context_length
+    out = generate(model, prompt, 8)
+    with torch.no_grad():
+        greedy = whole(out[:, :-1]).argmax(-1)[:, 39:]  # the token after each position
+    assert torch.equal(greedy, out[:, 40:])
