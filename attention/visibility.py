@@ -7,11 +7,13 @@ to; $-1$ for padding):
 
 $$
 \begin{aligned}
-\operatorname{visible}(i, j) = {} & [p_j \le p_i] && \text{causal} \\
-\wedge {} & \big([p_i - p_j < w] \vee [p_j < k]\big) && \text{window, sinks} \\
-\wedge {} & [s_i = s_j \ge 0] && \text{document, padding}
+\operatorname{visible}(i, j) = {} & [p_j \le p_i] \\
+\wedge {} & \big([p_i - p_j < w] \vee [p_j < k]\big) \\
+\wedge {} & [s_i = s_j \ge 0]:
 \end{aligned}
 $$
+
+causality, then the window (of $w$ positions) and its $k$ sinks, then documents and padding.
 
 The first two factors are [`Visibility`][attention.visibility.Visibility], a function of two
 positions in the spirit of FlexAttention's `mask_mod`; the last is
