@@ -221,10 +221,13 @@ class KVCache:
         """Write in place; out of place while autograd tracks the chunk, so a backward
         through several chunks finds each earlier chunk's keys unchanged (as a list of
         tensors, Hugging Face's dynamic cache, would)."""
-        tracked = torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad
-                                               or self.keys.requires_grad)  # fmt: skip
-        self.keys = _store(self.keys, index, keys, dim=2, in_place=not tracked)
-        self.values = _store(self.values, index, values, dim=2, in_place=not tracked)
+        if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad
+                                        or self.keys.requires_grad):  # fmt: skip
+            self.keys = _store(self.keys, index, keys, dim=2, in_place=False)
+            self.values = _store(self.values, index, values, dim=2, in_place=False)
+        else:  # in place: one indexing call each (a decode step's only writes)
+            self.keys[:, :, index] = keys
+            self.values[:, :, index] = values
         if self.segments is not None:
             new = segments if segments is not None else torch.zeros(
                 keys.shape[0], keys.shape[2], dtype=torch.long, device=keys.device)  # fmt: skip

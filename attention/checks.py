@@ -290,7 +290,7 @@ def check_ids(
     if ids.device.type == "meta":
         raise ValueError(f"{name} on the meta device have no values to look up")
     if vocab_size is not None and ids.numel():
-        low, high = int(ids.min()), int(ids.max())
+        low, high = (int(v) for v in torch.aminmax(ids))  # one pass over the ids
         if low < 0 or high >= vocab_size:
             raise ValueError(
                 f"{name} must be in 0 .. {vocab_size - 1} (vocab_size={vocab_size}), "

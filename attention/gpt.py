@@ -167,10 +167,14 @@ class TransformerBlock(nn.Module):
     def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked `x` and `cache`."""
         shortcut = x
-        x = self.drop_shortcut(self.att.attend(self.norm1(x), cache)[0])  # (b, T, emb_dim)
+        x = self.att.attend(self.norm1(x), cache)[0]  # (b, T, emb_dim)
+        if self.training:  # dropout is the identity in eval: a decode step skips the call
+            x = self.drop_shortcut(x)
         x = x + shortcut
         shortcut = x
-        x = self.drop_shortcut(self.ff(self.norm2(x)))  # (b, T, emb_dim)
+        x = self.ff(self.norm2(x))  # (b, T, emb_dim)
+        if self.training:
+            x = self.drop_shortcut(x)
         return x + shortcut
 
 
@@ -269,8 +273,7 @@ class GPTModel(nn.Module):
         if self.pos_emb is not None:  # positions start..start+T-1 (after the cached tokens)
             num_tokens = in_idx.shape[1]
             x = x + self.pos_emb.weight[start : start + num_tokens]
-        out: Tensor = self.drop_emb(x)
-        return out
+        return self.drop_emb(x) if self.training else x  # dropout: the identity in eval
 
     def logits(
         self, in_idx: Tensor, caches: list[KVCache] | None = None, *, last_only: bool = False

@@ -310,3 +310,22 @@ def test_an_unbounded_model_takes_a_prompt_longer_than_its_context_in_chunks() -
     with torch.no_grad():
         greedy = whole(out[:, :-1]).argmax(-1)[:, 39:]  # the token after each position
     assert torch.equal(greedy, out[:, 40:])
+
+
+def test_dropout_runs_in_training_and_is_skipped_in_eval() -> None:
+    """The blocks skip their dropout calls in eval (the identity there), not in training."""
+    cfg = {"vocab_size": 16, "context_length": 8, "emb_dim": 8, "n_heads": 2,
+           "n_layers": 2, "drop_rate": 0.5, "qkv_bias": False}  # fmt: skip
+    model = GPTModel(cfg)
+    calls: list[str] = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Dropout) and "att" not in name:
+            module.register_forward_hook(lambda m, i, o, name=name: calls.append(name))
+    ids = torch.randint(0, 16, (2, 8))
+    first, second = model(ids), model(ids)
+    assert len(calls) == 2 * (1 + 2 * 2)  # drop_emb and two per block, each call
+    assert not torch.allclose(first, second)
+    calls.clear()
+    model.eval()
+    assert_close(model(ids), model(ids), atol=0, rtol=0)
+    assert calls == []
