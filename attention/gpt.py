@@ -273,7 +273,9 @@ class GPTModel(nn.Module):
         if self.pos_emb is not None:  # positions start..start+T-1 (after the cached tokens)
             num_tokens = in_idx.shape[1]
             x = x + self.pos_emb.weight[start : start + num_tokens]
-        return self.drop_emb(x) if self.training else x  # dropout: the identity in eval
+        if self.training:  # dropout is the identity in eval: a decode step skips the call
+            x = self.drop_emb(x)
+        return x
 
     def logits(
         self, in_idx: Tensor, caches: list[KVCache] | None = None, *, last_only: bool = False
