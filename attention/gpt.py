@@ -269,7 +269,7 @@ class GPTModel(nn.Module):
 
     def embed(self, in_idx: Tensor, start: int = 0) -> Tensor:
         """Token embeddings, plus the position embeddings of `start ...` (without RoPE)."""
-        x = self.tok_emb(in_idx)  # (b, T, emb_dim)
+        x: Tensor = self.tok_emb(in_idx)  # (b, T, emb_dim)
         if self.pos_emb is not None:  # positions start..start+T-1 (after the cached tokens)
             num_tokens = in_idx.shape[1]
             x = x + self.pos_emb.weight[start : start + num_tokens]
