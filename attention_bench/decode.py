@@ -4,10 +4,11 @@ Decoding one token at batch $b$ reads every weight once and every cached key and
 and does little arithmetic with each number read; it waits for memory. Its limit is
 
 $$
-\text{tokens/s} \le b \cdot \frac{W}{\text{bytes of the weights} + \text{bytes of the cache}},
+\text{tokens/s} \le b \cdot \frac{R}{\text{bytes of the weights} + \text{bytes of the cache}},
 $$
 
-with $W$ the machine's copy bandwidth ([`roof`][attention_bench.measuring.roof]). The token
+with $R$ the machine's read bandwidth ([`roof`][attention_bench.measuring.roof]: the fastest
+sum over 1 GiB, since a step reads and barely writes). The token
 embedding is only indexed (one row per token), so the weights actually read per token are
 fewer than all of them; both limits are recorded.
 
@@ -40,6 +41,7 @@ __all__ = [
     "decode_rows",
     "gemv_bandwidths",
     "limits",
+    "step_parts",
 ]
 
 PROMPT_TOKENS, NEW_TOKENS = 256, 32
@@ -121,7 +123,7 @@ def decode_rows(
     torch.manual_seed(seed)
     config = {**(config or GPT_CONFIG_124M), "drop_rate": 0.0}
     model = GPTModel(config).to(device.type).eval()
-    bandwidth = roof(device).bytes_per_s
+    bandwidth = roof(device).read_bytes_per_s
     n_prompt, n_new = prompt_tokens, new_tokens
     contenders = [our_contender(model, n_prompt + n_new)]
     missing = None if hf_gpt2.available() else "transformers is not installed (the bench extra)"
@@ -144,7 +146,7 @@ def decode_rows(
                 **Timing(t.steps).summary(),  # the decode steps: median_s, quartiles, times
                 "cached_tokens_per_s": batch / step_s,
                 "generate_s": statistics.median(t.generate), "generate_times_s": t.generate,
-                "copy_bytes_per_s": bandwidth, **bound,
+                "read_bytes_per_s": bandwidth, **bound,
                 "fraction_of_limit": batch / step_s / bound["limit_tokens_per_s"],
                 "fraction_of_read_limit": batch / step_s / bound["limit_read_tokens_per_s"],
                 **(c.extra or {}),
@@ -188,3 +190,39 @@ def gemv_bandwidths(device: Device | None = None) -> dict[str, float]:
         device, budget_s=0.5, min_repeats=5, max_repeats=10, memory=False,
     )  # fmt: skip
     return {name: nbytes / min(t.times_s) for name, t in timings.items()}
+
+
+def step_parts(
+    model: GPTModel, device: Device | None = None, prompt_tokens: int = PROMPT_TOKENS
+) -> dict[str, float]:
+    """Seconds of one batch-1 decode step of `model`, and of its matrix products alone.
+
+    The products are every `nn.Linear` of the model applied in its order to a one-token input:
+    the weights a step must read, and nothing else. The rest of the step is what surrounds
+    them: the norms, the attention over the cache, and the Python between the kernels.
+
+    Returns:
+        `{"step_s": ..., "products_s": ...}`, the fastest of several runs each.
+    """
+    device = device or Device.from_env()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    weight = model.tok_emb.weight
+    inputs = {m.in_features: torch.randn(1, 1, m.in_features, device=weight.device,
+                                         dtype=weight.dtype) for m in linears}  # fmt: skip
+    token = torch.zeros(1, 1, dtype=torch.long, device=weight.device)
+    with torch.no_grad():
+        caches = model.init_caches(1, prompt_tokens + 1)
+        model.logits(token.expand(1, prompt_tokens), caches)
+
+        def step() -> None:
+            for cache in caches:  # every run writes position `prompt_tokens` again
+                cache.length = prompt_tokens
+            model(token, caches=caches)
+
+        def products() -> None:
+            for m in linears:
+                m(inputs[m.in_features])
+
+        timings = measure({"step": step, "products": products}, device, budget_s=1.0,
+                          min_repeats=10, max_repeats=30, memory=False)  # fmt: skip
+    return {f"{name}_s": min(t.times_s) for name, t in timings.items()}

@@ -248,6 +248,9 @@ class Roof:
     """$P$: the fastest matmul's FLOP/s."""
     bytes_per_s: float
     """$W$: the fastest large copy's bytes/s, read plus write."""
+    read_bytes_per_s: float
+    """$R$: the fastest large sum's bytes/s, reading only: what bounds a step that reads its
+    operands once and writes next to nothing (a decode step)."""
 
     @property
     def ridge(self) -> float:
@@ -256,18 +259,20 @@ class Roof:
 
 
 def roof(device: Device | None = None, *, budget_s: float = 0.5) -> Roof:
-    """Measure $P$ with a `(4096, 768) @ (768, 768)` matmul and $W$ with a 64 MiB copy.
+    """Measure $P$ with a `(4096, 768) @ (768, 768)` matmul, $W$ with a copy of 1 GiB and $R$
+    with a sum over it.
 
-    Both are timed five times with [`measure`][attention_bench.measuring.measure]; the fastest
-    run is what the machine can do.
+    1 GiB is more than any cache: some server CPUs have 480 MiB of L3, in which a 64 MiB copy
+    runs at twice the memory's rate. Each is timed five times with
+    [`measure`][attention_bench.measuring.measure]; the fastest run is what the machine can do.
     """
     device = device or Device.from_env()
     a = torch.randn(4096, 768, device=device.type)
     w = torch.randn(768, 768, device=device.type)
-    big = torch.randn(2**24, device=device.type)  # 64 MiB: more than any cache
+    big = torch.ones(2**28, device=device.type)  # 1 GiB of float32
     dst = torch.empty_like(big)
     timings = measure(
-        {"matmul": lambda: a @ w, "copy": lambda: dst.copy_(big)},
+        {"matmul": lambda: a @ w, "copy": lambda: dst.copy_(big), "read": lambda: big.sum()},
         device,
         budget_s=budget_s,
         min_repeats=5,
@@ -275,8 +280,9 @@ def roof(device: Device | None = None, *, budget_s: float = 0.5) -> Roof:
         memory=False,
     )
     flops = 2 * a.shape[0] * a.shape[1] * w.shape[1]
-    moved = 2 * big.numel() * big.element_size()  # read + write
+    nbytes = big.numel() * big.element_size()
     return Roof(
         flops_per_s=flops / min(timings["matmul"].times_s),
-        bytes_per_s=moved / min(timings["copy"].times_s),
+        bytes_per_s=2 * nbytes / min(timings["copy"].times_s),  # read + write
+        read_bytes_per_s=nbytes / min(timings["read"].times_s),
     )

@@ -114,14 +114,14 @@ def check_targets(
             DECODE_FRACTION,
             row["fraction_of_limit"],
             0.5,
-            "tokens/s over copy bandwidth / (bytes of every weight + of the cache)",
+            "tokens/s over read bandwidth / (bytes of every weight + of the cache)",
             at_least=True,
         )
         target(
             DECODE_READ_FRACTION,
             row["fraction_of_read_limit"],
             0.6,
-            "tokens/s over copy bandwidth / (bytes of the weights read, without the embedding "
+            "tokens/s over read bandwidth / (bytes of the weights read, without the embedding "
             "tables, + of the cache)",
             at_least=True,
         )

@@ -148,7 +148,7 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         assert row["generate_s"] > 0 and row["prefill_s"] > 0 and row["runs"] >= 2 * 8
         assert row["limit_tokens_per_s"] < row["limit_read_tokens_per_s"]  # the table is indexed
         assert row["limit_tokens_per_s"] == pytest.approx(
-            row["batch"] * row["copy_bytes_per_s"] / (row["weights_bytes"] + row["cache_bytes"])
+            row["batch"] * row["read_bytes_per_s"] / (row["weights_bytes"] + row["cache_bytes"])
         )
         assert row["cached_tokens_per_s"] > 0
         assert row["impl"] == "hf_gpt2" or row["generation_speedup"] > 0
@@ -451,3 +451,17 @@ def test_decode_without_transformers_records_the_comparison_as_skipped(
     names = [t["target"] for t in check_targets(rows, "float32", "float32", [8])]
     assert "batch-1 decode, fraction of the weights-read limit" in names
     assert not [name for name in names if "HF" in name]
+
+
+def test_the_roof_reads_faster_than_nothing_and_a_step_outlasts_its_products() -> None:
+    """The read bandwidth is measured apart from the copy's; a decode step's products alone
+    take less time than the whole step, which runs them and more."""
+    from attention.gpt import GPTModel
+    from attention_bench.decode import step_parts
+
+    roof = bench.roof(budget_s=0.1)
+    assert roof.read_bytes_per_s > 0 and roof.bytes_per_s > 0 and roof.ridge > 0
+    cfg = {"vocab_size": 64, "context_length": 24, "emb_dim": 32, "n_heads": 4,
+           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+    parts = step_parts(GPTModel(cfg).eval(), prompt_tokens=16)
+    assert 0 < parts["products_s"] < parts["step_s"]
