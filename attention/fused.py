@@ -166,10 +166,8 @@ def sdpa(
     kernel as a zero key and value and a float mask whose sink column holds $z_h$.
     """
     gqa = queries.shape[1] != keys.shape[1]
-    if sink_logits is not None:
-        queries, keys, values, mask = with_sink(queries, keys, values, mask, is_causal,
-                                                 sink_logits)  # fmt: skip
-        is_causal = False
+    if sink_logits is not None:  # the dispatch hands a sink its mask, never is_causal
+        queries, keys, values, mask = with_sink(queries, keys, values, mask, sink_logits)
     return F.scaled_dot_product_attention(
         queries, keys, values, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
         enable_gqa=gqa,

@@ -55,7 +55,6 @@ def with_sink(
     keys: Tensor,
     values: Tensor,
     mask: Tensor | None,
-    is_causal: bool,
     sink_logits: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The kernel's inputs with a sink: a zero key and value appended, and a float mask.
@@ -67,8 +66,8 @@ def with_sink(
         queries: `(b, h, T, d_h)`.
         keys: `(b, h_kv, S, d_h)`.
         values: `(b, h_kv, S, d_v)`.
-        mask: bool, True = may attend, broadcastable to `(b, h, T, S)`, or None.
-        is_causal: the mask is the top-left causal triangle instead.
+        mask: bool, True = may attend, broadcastable to `(b, h, T, S)` (from
+            [`visible`][attention.visibility.visible]), or None: every key.
         sink_logits: `(h,)`.
 
     Returns:
@@ -76,8 +75,6 @@ def with_sink(
     """
     b, h, num_tokens, _ = queries.shape
     num_keys = keys.shape[-2]
-    if is_causal:
-        mask = torch.ones(num_tokens, num_keys, dtype=torch.bool, device=queries.device).tril()
     bias = torch.zeros((), dtype=queries.dtype, device=queries.device)
     if mask is not None:
         bias = torch.where(mask, bias, float("-inf"))  # (..., T, S)
