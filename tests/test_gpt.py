@@ -329,3 +329,33 @@ def test_dropout_runs_in_training_and_is_skipped_in_eval() -> None:
     model.eval()
     assert_close(model(ids), model(ids), atol=0, rtol=0)
     assert calls == []
+
+
+def test_an_unbounded_model_generates_four_context_lengths_in_its_window() -> None:
+    """RoPE and a window (with a sink) in every block: 4 x context_length tokens through ring
+    buffers of window + sinks slots, allocated once, equal to one uncached pass."""
+    cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
+           "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10000.0, "window": 5,
+           "sinks": 1}  # fmt: skip
+    torch.manual_seed(0)
+    model = GPTModel(cfg).double().eval()
+    whole = GPTModel({**cfg, "context_length": 64}).double().eval()
+    whole.load_state_dict(model.state_dict())
+    made: list[tuple[KVCache, int]] = []  # each cache, and where its keys were allocated
+    init_caches = model.init_caches
+
+    def record(*args: int) -> list[KVCache]:
+        caches = init_caches(*args)
+        made.extend((cache, cache.keys.data_ptr()) for cache in caches)
+        return caches
+
+    model.init_caches = record  # type: ignore[method-assign]
+    prompt = torch.randint(0, 50, (2, 4))
+    out = generate(model, prompt, 60)  # 64 tokens: 4 x context_length
+    assert out.shape == (2, 64) and len(made) == 2
+    for cache, keys_at in made:  # constant memory: the window and the sink, written in place
+        assert cache.ring and cache.slots == 5 + 1 and cache.length == 63
+        assert cache.keys.data_ptr() == keys_at
+    with torch.no_grad():
+        greedy = whole(out[:, :-1]).argmax(-1)[:, 3:]  # the token after each position
+    assert torch.equal(greedy, out[:, 4:])
