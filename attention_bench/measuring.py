@@ -258,9 +258,9 @@ class Roof:
         return self.flops_per_s / self.bytes_per_s
 
 
-def roof(device: Device | None = None, *, budget_s: float = 0.5) -> Roof:
-    """Measure $P$ with a `(4096, 768) @ (768, 768)` matmul, $W$ with a copy of 1 GiB and $R$
-    with a sum over it.
+def roof(device: Device | None = None, *, budget_s: float = 0.5, nbytes: int = 2**30) -> Roof:
+    """Measure $P$ with a `(4096, 768) @ (768, 768)` matmul, $W$ with a copy of `nbytes` (1 GiB)
+    and $R$ with a sum over them.
 
     1 GiB is more than any cache: some server CPUs have 480 MiB of L3, in which a 64 MiB copy
     runs at twice the memory's rate. Each is timed five times with
@@ -269,7 +269,7 @@ def roof(device: Device | None = None, *, budget_s: float = 0.5) -> Roof:
     device = device or Device.from_env()
     a = torch.randn(4096, 768, device=device.type)
     w = torch.randn(768, 768, device=device.type)
-    big = torch.ones(2**28, device=device.type)  # 1 GiB of float32
+    big = torch.ones(nbytes // 4, device=device.type)  # float32
     dst = torch.empty_like(big)
     timings = measure(
         {"matmul": lambda: a @ w, "copy": lambda: dst.copy_(big), "read": lambda: big.sum()},
@@ -280,7 +280,6 @@ def roof(device: Device | None = None, *, budget_s: float = 0.5) -> Roof:
         memory=False,
     )
     flops = 2 * a.shape[0] * a.shape[1] * w.shape[1]
-    nbytes = big.numel() * big.element_size()
     return Roof(
         flops_per_s=flops / min(timings["matmul"].times_s),
         bytes_per_s=2 * nbytes / min(timings["copy"].times_s),  # read + write

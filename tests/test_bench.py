@@ -459,7 +459,7 @@ def test_the_roof_reads_faster_than_nothing_and_a_step_outlasts_its_products() -
     from attention.gpt import GPTModel
     from attention_bench.decode import step_parts
 
-    roof = bench.roof(budget_s=0.1)
+    roof = bench.roof(budget_s=0.1, nbytes=2**24)  # 16 MiB: the arithmetic, not the rate
     assert roof.read_bytes_per_s > 0 and roof.bytes_per_s > 0 and roof.ridge > 0
     cfg = {"vocab_size": 64, "context_length": 24, "emb_dim": 32, "n_heads": 4,
            "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
