@@ -188,7 +188,7 @@ def test_rope_needs_an_even_head_dim() -> None:
 def test_compiled_modern_module_matches_eager() -> None:
     torch._dynamo.reset()
     mha = MultiHeadAttention(16, 32, 64, 0.0, 4, num_kv_heads=2, rope=True, window=8)
-    x = torch.randn(2, 64, 16)
+    x = torch.randn(2, 20, 16)  # three blocks of the window (each a kernel call to compile)
     assert_close(torch.compile(mha)(x), mha(x), atol=1e-5, rtol=1e-5)
 
 
