@@ -111,19 +111,21 @@ def decode_rows(
     prompt_tokens: int = PROMPT_TOKENS,
     new_tokens: int = NEW_TOKENS,
     hf: bool = True,
+    roof_bytes: int = 2**30,
 ) -> list[dict[str, Any]]:
     """Prefill and decode of a GPT (default: the book's 124M, dropout 0, eval, float32).
 
     With `hf` and `transformers` installed, Hugging Face's GPT-2 on the same weights
     ([`to_hf_gpt2`][attention_bench.hf.to_hf_gpt2]) is timed in the same rounds, taking
     turns with ours: a row of its own (`impl` `"hf_gpt2"`), and ours over its on our row.
-    Without `transformers`, its rows say so (`skipped`).
+    Without `transformers`, its rows say so (`skipped`). The read bandwidth of the limits is
+    measured over `roof_bytes` ([`roof`][attention_bench.measuring.roof]).
     """
     device = device or Device.from_env()
     torch.manual_seed(seed)
     config = {**(config or GPT_CONFIG_124M), "drop_rate": 0.0}
     model = GPTModel(config).to(device.type).eval()
-    bandwidth = roof(device).read_bytes_per_s
+    bandwidth = roof(device, nbytes=roof_bytes).read_bytes_per_s
     n_prompt, n_new = prompt_tokens, new_tokens
     contenders = [our_contender(model, n_prompt + n_new)]
     missing = None if hf_gpt2.available() else "transformers is not installed (the bench extra)"

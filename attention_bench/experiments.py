@@ -60,6 +60,7 @@ class Config:
     construct_context_length: int = 131_072
     decode_model: dict[str, Any] | None = None  # None: the book's GPT-2 124M
     decode_tokens: tuple[int, int] = (256, 32)  # prompt, new
+    roof_bytes: int = 2**30  # the buffer the read and copy bandwidths are measured over
     experiments: tuple[str, ...] = EXPERIMENTS  # those to run (compile also needs `compile`)
 
     @classmethod
@@ -83,6 +84,7 @@ class Config:
             decode_model={"vocab_size": 64, "context_length": 48, "emb_dim": 32, "n_heads": 4,
                           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False},
             decode_tokens=(16, 8),
+            roof_bytes=2**24,
         )  # fmt: skip
 
 
@@ -344,7 +346,9 @@ def run_decode(rec: Recorder, cfg: Config) -> None:
     """Generation: ours, and Hugging Face's GPT-2 on the same weights where it is installed."""
     prompt, new = cfg.decode_tokens
     print(f"generation, prompt {prompt} tokens, {new} new", flush=True)
-    for row in decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, prompt, new):
+    rows = decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, prompt, new,
+                       roof_bytes=cfg.roof_bytes)  # fmt: skip
+    for row in rows:
         rec.rows.append(row)
         head = f"  {row['impl']:<10} batch {row['batch']}:"
         if "skipped" in row:

@@ -442,7 +442,9 @@ def test_decode_without_transformers_records_the_comparison_as_skipped(
 
     monkeypatch.setattr(decode.hf_gpt2, "available", lambda: False)
     cfg = bench.Config.quick("cpu")
-    rows = decode.decode_rows(bench.Device("cpu"), 0, cfg.decode_model, 8, 4)
+    rows = decode.decode_rows(
+        bench.Device("cpu"), 0, cfg.decode_model, 8, 4, roof_bytes=cfg.roof_bytes
+    )
     assert [(r["impl"], r["batch"], "skipped" in r) for r in rows] == [
         ("gpt2_124m", 1, False), ("hf_gpt2", 1, True), ("gpt2_124m", 8, False), ("hf_gpt2", 8, True),
     ]  # fmt: skip
