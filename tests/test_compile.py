@@ -16,6 +16,7 @@ from attention import MultiHeadAttention
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("inductor")  # on the worker that compiles the others
 def test_compiled_module_matches_eager(device: torch.device) -> None:
     torch._dynamo.reset()
     mha = MultiHeadAttention(16, 32, context_length=64, dropout=0.0, num_heads=4).to(device)

@@ -246,6 +246,7 @@ def test_a_decode_step_compiles_to_one_graph(cfg_extra: dict[str, object]) -> No
 
 
 @pytest.mark.slow(seconds=14)  # with an empty compile cache: started among the first
+@pytest.mark.xdist_group("inductor")  # one worker pays inductor's start-up for all
 def test_a_decode_step_compiles_with_inductor() -> None:
     """The real backend on one block (the graph test above has two, each the same code)."""
     torch._dynamo.reset()

@@ -185,6 +185,7 @@ def test_rope_needs_an_even_head_dim() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("inductor")  # on the worker that compiles the others
 def test_compiled_modern_module_matches_eager() -> None:
     torch._dynamo.reset()
     mha = MultiHeadAttention(16, 32, 64, 0.0, 4, num_kv_heads=2, rope=True, window=8)
