@@ -31,7 +31,7 @@ from attention.multihead import MultiHeadAttention
 from attention.shapes import ModelShape, kv_cache_bytes
 from attention_bench import hf as hf_gpt2
 from attention_bench.generation import hf_contender, our_contender, time_contenders
-from attention_bench.measuring import Device, Timing, measure, roof
+from attention_bench.measuring import ROOF_BYTES, Device, Timing, measure, roof
 
 __all__ = [
     "BATCHES",
@@ -111,7 +111,7 @@ def decode_rows(
     prompt_tokens: int = PROMPT_TOKENS,
     new_tokens: int = NEW_TOKENS,
     hf: bool = True,
-    roof_bytes: int = 2**30,
+    roof_bytes: int = ROOF_BYTES,
 ) -> list[dict[str, Any]]:
     """Prefill and decode of a GPT (default: the book's 124M, dropout 0, eval, float32).
 

@@ -29,7 +29,14 @@ from attention_bench.implementations import (
     cuda_backend_impls,
     implementations,
 )
-from attention_bench.measuring import Device, Timing, make_step, measure, state_bytes
+from attention_bench.measuring import (
+    ROOF_BYTES,
+    Device,
+    Timing,
+    make_step,
+    measure,
+    state_bytes,
+)
 from attention_bench.results import METHOD, SCHEMA_VERSION, machine
 from attention_bench.targets import check_targets
 
@@ -60,7 +67,7 @@ class Config:
     construct_context_length: int = 131_072
     decode_model: dict[str, Any] | None = None  # None: the book's GPT-2 124M
     decode_tokens: tuple[int, int] = (256, 32)  # prompt, new
-    roof_bytes: int = 2**30  # the buffer the read and copy bandwidths are measured over
+    roof_bytes: int = ROOF_BYTES  # the buffer the bandwidths are measured over
     experiments: tuple[str, ...] = EXPERIMENTS  # those to run (compile also needs `compile`)
 
     @classmethod

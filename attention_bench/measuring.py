@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
+    "ROOF_BYTES",
     "Device",
     "Roof",
     "Timing",
@@ -240,6 +241,10 @@ def measure(
     return timings
 
 
+ROOF_BYTES = 2**30
+"""The buffer the copy and read bandwidths are measured over: 1 GiB, more than any cache."""
+
+
 @dataclass(frozen=True)
 class Roof:
     """What the machine can do: arithmetic and memory bandwidth, and the ridge point between."""
@@ -258,7 +263,7 @@ class Roof:
         return self.flops_per_s / self.bytes_per_s
 
 
-def roof(device: Device | None = None, *, budget_s: float = 0.5, nbytes: int = 2**30) -> Roof:
+def roof(device: Device | None = None, *, budget_s: float = 0.5, nbytes: int = ROOF_BYTES) -> Roof:
     """Measure $P$ with a `(4096, 768) @ (768, 768)` matmul, $W$ with a copy of `nbytes` (1 GiB)
     and $R$ with a sum over them.
 

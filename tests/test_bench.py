@@ -455,7 +455,7 @@ def test_decode_without_transformers_records_the_comparison_as_skipped(
     assert not [name for name in names if "HF" in name]
 
 
-def test_the_roof_reads_faster_than_nothing_and_a_step_outlasts_its_products() -> None:
+def test_the_roof_measures_reading_apart_and_a_step_outlasts_its_products() -> None:
     """The read bandwidth is measured apart from the copy's; a decode step's products alone
     take less time than the whole step, which runs them and more."""
     from attention.gpt import GPTModel
