@@ -301,17 +301,26 @@ def test_layer_norm_and_gelu_are_the_books_formulas() -> None:
     assert_close(GELU()(x), 0.5 * x * (1 + tanh))
 
 
+def assert_one_greedy_pass(
+    cfg: dict[str, object], model: GPTModel, out: torch.Tensor, prompt_tokens: int
+) -> None:
+    """`out`'s new tokens are what one uncached pass over all of it picks, greedily, through a
+    copy of `model` (made from `cfg`) long enough to take it (RoPE: no weight depends on
+    `context_length`)."""
+    whole = GPTModel({**cfg, "context_length": out.shape[1]})
+    whole = whole.to(model.tok_emb.weight.dtype).eval()
+    whole.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        greedy = whole(out[:, :-1]).argmax(-1)[:, prompt_tokens - 1 :]  # each next token
+    assert torch.equal(greedy, out[:, prompt_tokens:])
+
+
 def test_an_unbounded_model_takes_a_prompt_longer_than_its_context_in_chunks() -> None:
     cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
            "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10000.0, "window": 5}  # fmt: skip
     model = GPTModel(cfg).eval()
-    whole = GPTModel({**cfg, "context_length": 64}).eval()
-    whole.load_state_dict(model.state_dict())  # RoPE: no weight depends on context_length
     prompt = torch.randint(0, 50, (2, 40))  # 2.5 x context_length
-    out = generate(model, prompt, 8)
-    with torch.no_grad():
-        greedy = whole(out[:, :-1]).argmax(-1)[:, 39:]  # the token after each position
-    assert torch.equal(greedy, out[:, 40:])
+    assert_one_greedy_pass(cfg, model, generate(model, prompt, 8), 40)
 
 
 def test_dropout_runs_in_training_and_is_skipped_in_eval() -> None:
@@ -341,8 +350,6 @@ def test_an_unbounded_model_generates_four_context_lengths_in_its_window() -> No
            "sinks": 1}  # fmt: skip
     torch.manual_seed(0)
     model = GPTModel(cfg).double().eval()
-    whole = GPTModel({**cfg, "context_length": 64}).double().eval()
-    whole.load_state_dict(model.state_dict())
     made: list[tuple[KVCache, int]] = []  # each cache, and where its keys were allocated
     init_caches = model.init_caches
 
@@ -358,6 +365,4 @@ def test_an_unbounded_model_generates_four_context_lengths_in_its_window() -> No
     for cache, keys_at in made:  # constant memory: the window and the sink, written in place
         assert cache.ring and cache.slots == 5 + 1 and cache.length == 63
         assert cache.keys.data_ptr() == keys_at
-    with torch.no_grad():
-        greedy = whole(out[:, :-1]).argmax(-1)[:, 3:]  # the token after each position
-    assert torch.equal(greedy, out[:, 4:])
+    assert_one_greedy_pass(cfg, model, out, 4)
