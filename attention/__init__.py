@@ -14,7 +14,9 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
 - [`attention.cache`][attention.cache]: the key/value cache, linear or a ring buffer.
 - [`attention.positions`][attention.positions], [`attention.sinks`][attention.sinks]: RoPE
   and attention sinks.
-- [`attention.gpt`][attention.gpt]: the book's GPT on this attention, and generation.
+- [`attention.gpt`][attention.gpt]: the book's GPT on this attention.
+- [`attention.generation`][attention.generation]: writing text with it: the book's loop, and
+  batches of prompts of different lengths, sampling, stops per row, streaming.
 - [`attention.text`][attention.text]: chapter 2, the input pipeline: the offline GPT-2
   tokenizer, sliding-window batches, token + position embeddings.
 - [`attention.rnn`][attention.rnn] and [`attention.copy_task`][attention.copy_task]: chapter 1,

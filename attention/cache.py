@@ -68,6 +68,8 @@ class KVCache:
         segments: `(batch_size, slots)` int64 segment per slot (document id, -1 for
             padding), or None while every token stored is one real segment.
         length: how many tokens it has taken: the next token's position.
+        pads: `(batch_size,)` int64, the padding tokens each row has taken, or None while
+            none has been given: a left-padded row's next real position is `length - pads`.
 
     Raises:
         TypeError: a size that is not an int.
@@ -109,6 +111,7 @@ class KVCache:
             torch.full((slots,), -1, dtype=torch.long, device=device) if self.ring else None
         )
         self.segments: Tensor | None = None
+        self.pads: Tensor | None = None
         self.length = 0
 
     @property
@@ -128,7 +131,7 @@ class KVCache:
     def reset(self) -> None:
         """Forget every token (the memory stays allocated)."""
         self.length = 0
-        self.segments = None
+        self.segments = self.pads = None
         self.keys, self.values = self.keys.detach(), self.values.detach()  # drop old graphs
         if self.positions is not None:
             self.positions.fill_(-1)
@@ -152,9 +155,12 @@ class KVCache:
             segments `(batch, S)` or None.
         """
         start, num_tokens = self.length, keys.shape[2]
-        if segments is not None and self.segments is None:  # the first chunk with segments
-            self.segments = torch.zeros(self.keys.shape[0], self.slots, dtype=torch.long,
-                                        device=self.keys.device)  # fmt: skip
+        if segments is not None:
+            if self.segments is None:  # the first chunk with segments
+                self.segments = torch.zeros(self.keys.shape[0], self.slots, dtype=torch.long,
+                                            device=self.keys.device)  # fmt: skip
+            pads = (segments < 0).sum(dim=1)  # (b,)
+            self.pads = pads if self.pads is None else self.pads + pads
         if not self.ring:
             end = start + num_tokens
             self._write(slice(start, end), keys, values, segments)

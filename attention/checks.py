@@ -255,7 +255,8 @@ def check_ids(
         device: where they must be (an embedding's device), if anywhere.
 
     Returns:
-        `ids`, a tensor (a sequence of ints becomes an int64 tensor).
+        `ids`, a tensor: int32 or int64 as given; a sequence of ints, or another integer
+        dtype (uint8, int16, ...), becomes int64.
 
     Raises:
         TypeError: `ids` is neither an integer tensor (or NumPy array) nor a sequence of ints.
@@ -273,6 +274,14 @@ def check_ids(
     """
     if hasattr(ids, "__array__") and not isinstance(ids, Tensor):  # a NumPy array
         ids = torch.as_tensor(ids)
+    if _nested(ids):  # rows of ids, e.g. [[1, 2], [3, 4]]: each checked, then stacked
+        assert isinstance(ids, Sequence)
+        rows = [check_ids(row, f"{name}[{i}]") for i, row in enumerate(ids)]
+        if len({row.shape for row in rows}) > 1:
+            lengths = [row.shape[0] for row in rows]
+            raise ValueError(f"{name} rows must have one length, got {lengths} (pad_prompts "
+                             "pads prompts)")  # fmt: skip
+        ids = torch.stack(rows)
     if not isinstance(ids, Tensor):
         if not (
             isinstance(ids, Sequence | range)
@@ -296,7 +305,16 @@ def check_ids(
                 f"{name} must be in 0 .. {vocab_size - 1} (vocab_size={vocab_size}), "
                 f"got ids from {low} to {high}"
             )
+    if ids.dtype not in (torch.int32, torch.int64):  # uint8, int16 ...: what an embedding takes
+        ids = ids.long()
     return ids
+
+
+def _nested(ids: object) -> bool:
+    """Whether `ids` is a non-empty sequence of sequences (rows), not a tensor or text."""
+    return (isinstance(ids, Sequence) and not isinstance(ids, str | bytes) and len(ids) > 0
+            and all(isinstance(row, Sequence | Tensor) and not isinstance(row, str | bytes)
+                    for row in ids))  # fmt: skip
 
 
 def check_padding_mask(

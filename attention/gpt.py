@@ -15,8 +15,9 @@ and its attention is the production
 current model of it: `n_kv_heads` (grouped-query attention), `rope_base` (rotary positions
 instead of the learned position embedding) and `window` (a sliding window).
 
-[`generate`][attention.gpt.generate] writes text with the book's greedy, temperature and top-k
-sampling, through a key/value cache per layer ([`attention.cache`][attention.cache]).
+[`attention.generation`][attention.generation] writes text with it, through a key/value cache
+per block ([`attention.cache`][attention.cache]); a batch of prompts of different lengths runs
+with an `attention_mask` (1 = token, 0 = padding), and positions count each row's own tokens.
 
 Examples:
     >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
@@ -26,24 +27,25 @@ Examples:
     >>> prompt = torch.tensor([[1, 2, 3]])  # (batch, num_tokens)
     >>> model(prompt).shape  # (batch, num_tokens, vocab_size): a score for every next token
     torch.Size([1, 3, 50])
-    >>> out = generate(model, prompt, max_new_tokens=4)  # greedy, cached
-    >>> torch.equal(out, generate(model, prompt, max_new_tokens=4, use_cache=False))
+    >>> caches = model.init_caches(batch_size=1)  # one key/value cache per block
+    >>> logits = model(prompt, caches)  # the prompt once (prefill) ...
+    >>> step = model(torch.tensor([[4]]), caches)  # ... then one token at a time (decode)
+    >>> torch.allclose(step[0, -1], model(torch.tensor([[1, 2, 3, 4]]))[0, -1], atol=1e-5)
     True
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Size, Tensor, nn
 
 from attention.cache import KVCache
-from attention.checks import check_dropout, check_flag, check_ids, check_size
-from attention.multihead import MultiHeadAttention
+from attention.checks import check_dropout, check_flag, check_ids, check_size, check_tensor
+from attention.multihead import MultiHeadAttention, _run_start
 
 __all__ = [
     "GELU",
@@ -52,8 +54,7 @@ __all__ = [
     "GPTModel",
     "LayerNorm",
     "TransformerBlock",
-    "generate",
-    "generate_text_simple",
+    "check_attention_mask",
 ]
 
 GPT_CONFIG_124M: dict[str, Any] = {
@@ -164,10 +165,28 @@ class TransformerBlock(nn.Module):
         self.norm2 = LayerNorm(cfg["emb_dim"])
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
 
-    def forward(self, x: Tensor, cache: KVCache | None = None) -> Tensor:
-        """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked `x` and `cache`."""
+    def forward(
+        self,
+        x: Tensor,
+        cache: KVCache | None = None,
+        segments: Tensor | None = None,
+        run_start: Tensor | None = None,
+        positions: Tensor | None = None,
+    ) -> Tensor:
+        """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked its inputs.
+
+        `segments` (`(b, T)`, -1 for padding), `run_start` (each row's first token, left
+        padding) and `positions` (each row's own, for RoPE) are given for a padded batch.
+        """
         shortcut = x
-        x = self.att.attend(self.norm1(x), cache)[0]  # (b, T, emb_dim)
+        x = self.att.attend(
+            self.norm1(x),
+            cache,
+            segments,
+            padding=segments is not None,
+            run_start=run_start,
+            positions=positions,
+        )[0]  # (b, T, emb_dim)
         if self.training:  # dropout is the identity in eval: a decode step skips the call
             x = self.drop_shortcut(x)
         x = x + shortcut
@@ -217,25 +236,55 @@ class GPTModel(nn.Module):
             if isinstance(module, nn.Linear):
                 _store_transposed(module)
 
-    def forward(self, in_idx: Tensor, caches: list[KVCache] | None = None) -> Tensor:
+    def forward(
+        self,
+        in_idx: Tensor,
+        caches: list[KVCache] | None = None,
+        *,
+        attention_mask: Tensor | None = None,
+    ) -> Tensor:
         """Logits for the token after each position: `(batch, num_tokens, vocab_size)`.
 
-        Checks the ids and the caches, then runs [`logits`][attention.gpt.GPTModel.logits].
+        Checks the ids, the caches and the mask, then runs
+        [`logits`][attention.gpt.GPTModel.logits].
 
         Args:
-            in_idx: token ids, `(batch, num_tokens)`.
+            in_idx: token ids, `(batch, num_tokens)` (a tensor of any integer dtype, a NumPy
+                array or nested lists).
             caches: one [`KVCache`][attention.cache.KVCache] per block, from
                 [`init_caches`][attention.gpt.GPTModel.init_caches]: `in_idx` continues the
                 sequences they hold (positions continue from their length).
+            attention_mask: `(batch, num_tokens)`, 1 (or True) for a token, 0 for padding
+                (Hugging Face's convention): no query attends to padding, and each row's
+                positions count its tokens only. A padded position's logits mean nothing.
+
+        Raises:
+            TypeError: ids or a mask of the wrong type, a cache that is not a `KVCache`.
+            ValueError: a bad shape, an id outside the vocabulary, too many tokens, caches
+                that do not fit, or padding in a model with attention sinks.
         """
-        check_ids(in_idx, "in_idx", self.vocab_size, device=self.tok_emb.weight.device)
+        in_idx = check_ids(in_idx, "in_idx", self.vocab_size, device=self.tok_emb.weight.device)
         if in_idx.ndim != 2:
             raise ValueError(f"in_idx must be (batch, num_tokens), got {tuple(in_idx.shape)}")
         self._check_caches(caches, in_idx.shape[1])
         if caches is not None and caches[0].batch_size != in_idx.shape[0]:
             raise ValueError(f"caches were made for batch_size={caches[0].batch_size}, got a "
                              f"batch of {in_idx.shape[0]}")  # fmt: skip
-        return self.logits(in_idx, caches)
+        if attention_mask is not None:
+            attention_mask = check_attention_mask(attention_mask, in_idx.shape, in_idx.device)
+            if not bool(attention_mask.all()):
+                self.check_padding_allowed()
+        return self.logits(in_idx, caches, attention_mask=attention_mask)
+
+    def check_padding_allowed(self) -> None:
+        """Raise unless padding is allowed: not with attention sinks, which count slots."""
+        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        if any(block.att.sinks for block in blocks):
+            raise ValueError(
+                "attention_mask with padding: this model keeps attention sinks (cfg 'sinks'), "
+                "the first tokens of each row's slots, which padding would fill; run prompts "
+                "of different lengths one at a time"
+            )
 
     def _check_caches(self, caches: list[KVCache] | None, num_tokens: int) -> None:
         if caches is None:
@@ -267,10 +316,18 @@ class GPTModel(nn.Module):
                 f"context_length={self.context_length}"
             )
 
-    def embed(self, in_idx: Tensor, start: int = 0) -> Tensor:
-        """Token embeddings, plus the position embeddings of `start ...` (without RoPE)."""
+    def embed(self, in_idx: Tensor, start: int = 0, positions: Tensor | None = None) -> Tensor:
+        """Token embeddings, plus the position embeddings of `start ...` (without RoPE).
+
+        Args:
+            in_idx: token ids, `(batch, num_tokens)`.
+            start: the first token's position.
+            positions: or `(batch, num_tokens)`, each row's own (negative: padding, taken as 0).
+        """
         x: Tensor = self.tok_emb(in_idx)  # (b, T, emb_dim)
-        if self.pos_emb is not None:  # positions start..start+T-1 (after the cached tokens)
+        if self.pos_emb is not None and positions is not None:  # each row's own positions
+            x = x + self.pos_emb(positions.clamp(min=0))
+        elif self.pos_emb is not None:  # positions start..start+T-1 (after the cached tokens)
             num_tokens = in_idx.shape[1]
             x = x + self.pos_emb.weight[start : start + num_tokens]
         if self.training:  # dropout is the identity in eval: a decode step skips the call
@@ -278,7 +335,12 @@ class GPTModel(nn.Module):
         return x
 
     def logits(
-        self, in_idx: Tensor, caches: list[KVCache] | None = None, *, last_only: bool = False
+        self,
+        in_idx: Tensor,
+        caches: list[KVCache] | None = None,
+        *,
+        last_only: bool = False,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
         """The forward's computation, without its checks (for `generate`, and compiling).
 
@@ -287,15 +349,45 @@ class GPTModel(nn.Module):
             caches: one cache per block, or None.
             last_only: the vocabulary head at the last position only, `(batch, 1,
                 vocab_size)`: all a prefill needs of its logits.
+            attention_mask: `(batch, num_tokens)`, 1 for a token, 0 for padding, or None.
         """
         start = 0 if caches is None else caches[0].length
-        x = self.embed(in_idx, start)  # (b, T, emb_dim)
+        positions = self.positions(in_idx.shape[1], start, caches, attention_mask)
+        x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
+        seg = run_start = None
+        if attention_mask is not None:
+            seg = attention_mask.long() - 1  # (b, T): 0 for a token, -1 for padding
+            run_start = _run_start(seg < 0) if start == 0 else None  # left padding: (b,)
         for i, block in enumerate(self.trf_blocks):
-            x = block(x, None if caches is None else caches[i])  # (b, T, emb_dim)
+            x = block(x, None if caches is None else caches[i], seg, run_start,
+                      positions)  # (b, T, emb_dim)  # fmt: skip
         if last_only:
             x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)
         return logits
+
+    def positions(
+        self,
+        num_tokens: int,
+        start: int,
+        caches: list[KVCache] | None,
+        attention_mask: Tensor | None,
+    ) -> Tensor | None:
+        """Each row's positions `(batch, num_tokens)` where padding sets them apart; else None.
+
+        A row's tokens count from its first real one: the caches' padding (`pads`) and the
+        chunk's (`attention_mask`) are skipped; a padded token gets the position before
+        the next real one. None when no padding was ever given: then the positions are the
+        slots `start ...`, for every row.
+        """
+        pads = None if caches is None else caches[0].pads  # (b,) padding already taken
+        if attention_mask is None and pads is None:
+            return None
+        first = start if pads is None else (start - pads)[:, None]  # each row's next position
+        if attention_mask is None:
+            assert pads is not None
+            return first + torch.arange(num_tokens, device=pads.device)  # (b, T)
+        return first + attention_mask.long().cumsum(dim=1) - 1  # (b, T)
 
     def init_caches(self, batch_size: int, max_tokens: int | None = None) -> list[KVCache]:
         """One empty key/value cache per block, for `batch_size` sequences of `max_tokens`.
@@ -329,189 +421,27 @@ def _store_transposed(linear: nn.Linear) -> None:
     linear.weight = nn.Parameter(weight.detach().t().contiguous().t(), weight.requires_grad)
 
 
-def generate_text_simple(
-    model: nn.Module, idx: Tensor, max_new_tokens: int, context_size: int
-) -> Tensor:
-    """The book's greedy loop: at every step, run the whole (cropped) sequence again.
+def check_attention_mask(mask: object, shape: Size, device: torch.device) -> Tensor:
+    """Check an `attention_mask` (1 or True for a token, 0 for padding) of the ids' shape.
 
-    Args:
-        model: returns logits `(batch, num_tokens, vocab_size)`.
-        idx: token ids `(batch, num_tokens)`.
-        max_new_tokens: tokens to add.
-        context_size: the most tokens the model is given (the last ones).
-
-    Returns:
-        `idx` with `max_new_tokens` more tokens, `(batch, num_tokens + max_new_tokens)`.
+    Examples:
+        >>> check_attention_mask(torch.tensor([[0, 2]]), torch.Size([1, 2]), torch.device("cpu"))
+        Traceback (most recent call last):
+        ...
+        ValueError: attention_mask must hold only 0 (padding) and 1 (a token), got 2
     """
-    check_size("max_new_tokens", max_new_tokens, minimum=0)
-    check_size("context_size", context_size)
-    for _ in range(max_new_tokens):
-        idx_cond = idx[:, -context_size:]  # the last context_size tokens: (b, <= context)
-        with torch.no_grad():
-            logits = model(idx_cond)  # (b, T, vocab_size)
-        logits = logits[:, -1, :]  # the last position's: (b, vocab_size)
-        idx_next = torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1)
-        idx = torch.cat((idx, idx_next), dim=1)  # (b, T + 1)
-    return idx
-
-
-def _next_token(logits: Tensor, temperature: float, top_k: int | None) -> Tensor:
-    """The book's chapter-5 choice: keep the top k, divide by the temperature, sample."""
-    if top_k is not None:
-        top_logits, _ = torch.topk(logits, top_k)  # (b, k)
-        logits = logits.masked_fill(logits < top_logits[:, -1:], float("-inf"))
-    if temperature > 0.0:
-        # subtract the max first: a tiny temperature then gives 0 and -inf, never inf - inf
-        logits = logits - logits.max(dim=-1, keepdim=True).values
-        probs = torch.softmax(logits / temperature, dim=-1)  # (b, vocab_size)
-        return torch.multinomial(probs, num_samples=1)  # (b, 1)
-    return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1): greedy
-
-
-def generate(
-    model: GPTModel,
-    idx: Tensor,
-    max_new_tokens: int,
-    context_size: int | None = None,
-    temperature: float = 0.0,
-    top_k: int | None = None,
-    eos_id: int | None = None,
-    use_cache: bool = True,
-) -> Tensor:
-    """Write up to `max_new_tokens` tokens after `idx`: greedy, or sampled; cached by default.
-
-    With `use_cache`, the prompt runs once (prefill, computing the vocabulary head at its last
-    position only) and every later step runs only the newest token (decode), reading the
-    earlier tokens' keys and values from a cache per block. Once the sequence outgrows
-    `context_size`, each step must re-read the last `context_size` tokens from their positions
-    0 on, as the uncached loop does, so the cache is refilled. Both ways give the same tokens
-    (greedy) or the same distribution (sampled).
-
-    A model with RoPE and a window in every block ([`unbounded`][attention.gpt.GPTModel.unbounded])
-    instead goes on past `context_length` in constant memory: its caches are ring buffers of
-    the window, positions count on, and nothing is refilled. That equals running the whole
-    sequence at once (a longer prompt is prefilled in chunks of `context_length`); the
-    uncached loop still crops to `context_size`, as the book's does.
-
-    Args:
-        model: a `GPTModel`.
-        idx: the prompt's token ids, `(batch, num_tokens)`.
-        max_new_tokens: the most tokens to add.
-        context_size: the most tokens the model is given; default its `context_length`.
-        temperature: 0 for greedy; above 0, sample from `softmax(logits / temperature)`.
-        top_k: sample among the `top_k` most likely tokens only.
-        eos_id: stop when every sequence's next token is this id (it is not appended). A
-            sequence that finished earlier is padded with it.
-        use_cache: keep keys and values instead of recomputing them.
-
-    Returns:
-        `(batch, num_tokens + new)`, `new <= max_new_tokens`.
-
-    Raises:
-        TypeError: `model` is not a `GPTModel`.
-        ValueError: a bad count, temperature or top_k.
-    """
-    if not isinstance(model, GPTModel):
-        raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
-    idx = check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
-    if idx.ndim != 2 or idx.shape[1] == 0:
-        raise ValueError(f"idx must be (batch, num_tokens) with a token, got {tuple(idx.shape)}")
-    check_size("max_new_tokens", max_new_tokens, minimum=0)
-    context_size = model.context_length if context_size is None else context_size
-    check_size("context_size", context_size)
-    if not (isinstance(temperature, int | float) and temperature >= 0.0):
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if isinstance(temperature, bool) or not math.isfinite(temperature):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None:
-        check_size("top_k", top_k)
-        if top_k > model.vocab_size:
-            raise ValueError(f"top_k must be <= vocab_size={model.vocab_size}, got {top_k}")
-    check_flag("use_cache", use_cache)
-    if eos_id is not None:
-        check_size("eos_id", eos_id, minimum=0)
-        if eos_id >= model.vocab_size:
-            raise ValueError(f"eos_id must be in 0 .. {model.vocab_size - 1} (vocab_size="
-                             f"{model.vocab_size}), got {eos_id}")  # fmt: skip
-    context_size = min(context_size, model.context_length)
-    with torch.no_grad():
-        if max_new_tokens == 0 or idx.shape[0] == 0:  # nothing to write, or no row to write to
-            return idx
-        if not use_cache:
-            return _generate_uncached(model, idx, max_new_tokens, context_size,
-                                      (temperature, top_k, eos_id))  # fmt: skip
-        return _generate_cached(model, idx, max_new_tokens, context_size,
-                                (temperature, top_k, eos_id))  # fmt: skip
-
-
-_Sampling = tuple[float, int | None, int | None]  # temperature, top_k, eos_id
-
-
-def _generate_uncached(
-    model: GPTModel, idx: Tensor, max_new_tokens: int, context_size: int, sampling: _Sampling
-) -> Tensor:
-    """The book's loop: every step runs the last `context_size` tokens again."""
-    done = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
-    for _ in range(max_new_tokens):
-        logits = model.logits(idx[:, -context_size:], last_only=True)[:, -1]  # (b, vocab)
-        idx_next = _choose(logits, sampling, done)  # (b, 1), or None: every row has ended
-        if idx_next is None:
-            break
-        idx = torch.cat((idx, idx_next), dim=1)  # (b, T + 1)
-    return idx
-
-
-def _generate_cached(
-    model: GPTModel, idx: Tensor, max_new_tokens: int, context_size: int, sampling: _Sampling
-) -> Tensor:
-    """Prefill once, then one token per step from the caches.
-
-    A model that can run unbounded (RoPE and a window in every block, so ring buffers) goes on
-    past `context_size` with positions counting on; any other refills its caches with the last
-    `context_size` tokens once they are full, as the uncached loop crops.
-    """
-    b, n = idx.shape
-    out = idx.new_empty(b, n + min(max_new_tokens, 256))  # the prompt, room for new tokens
-    out[:, :n] = idx
-    caches = model.init_caches(b, context_size)
-    unbounded = model.unbounded
-    start = 0 if unbounded else max(0, n - context_size)  # the tokens the model is given
-    for part in out[:, start:n].split(model.context_length, dim=1):  # each call fits
-        logits = model.logits(part, caches, last_only=True)
-    done = torch.zeros(b, 1, dtype=torch.bool, device=idx.device)
-    length = n
-    for _ in range(max_new_tokens):
-        idx_next = _choose(logits[:, -1], sampling, done)  # (b, 1)
-        if idx_next is None:
-            break
-        if length == out.shape[1]:  # full: twice the room (eos_id may stop it long before)
-            more = min(out.shape[1], n + max_new_tokens - length)
-            out = torch.cat((out, out.new_empty(b, more)), dim=1)
-        out[:, length : length + 1] = idx_next
-        length += 1
-        if length == n + max_new_tokens:
-            break
-        if not unbounded and caches[0].length == context_size:  # full: refill it
-            for cache in caches:
-                cache.reset()
-            logits = model.logits(out[:, length - context_size : length], caches, last_only=True)
-        else:
-            logits = model.logits(idx_next, caches)  # decode: (b, 1, vocab)
-    return out[:, :length]
-
-
-def _choose(logits: Tensor, sampling: _Sampling, done: Tensor) -> Tensor | None:
-    """The next token of each row, `(b, 1)`; None once every row has reached `eos_id`.
-
-    With `eos_id`, a row that has ended is padded with it; reading whether all have ended is
-    the one host synchronisation of a step (none without `eos_id`).
-    """
-    temperature, top_k, eos_id = sampling
-    idx_next = _next_token(logits, temperature, top_k)  # (b, 1)
-    if eos_id is None:
-        return idx_next
-    idx_next = idx_next.masked_fill(done, eos_id)
-    done |= idx_next == eos_id
-    if bool(done.all()):
-        return None
-    return idx_next
+    mask = check_tensor("attention_mask", mask)
+    if mask.shape != shape:
+        raise ValueError(f"attention_mask must have the ids' shape {tuple(shape)}, got "
+                         f"{tuple(mask.shape)}")  # fmt: skip
+    if mask.is_floating_point() or mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or integer (1 = token, 0 = padding), "
+                        f"got dtype {mask.dtype}")  # fmt: skip
+    if mask.device != device:
+        raise ValueError(f"attention_mask must be on the ids' device {device}, got {mask.device}")
+    if mask.dtype != torch.bool and mask.numel():
+        low, high = (int(v) for v in torch.aminmax(mask))
+        if low < 0 or high > 1:
+            raise ValueError("attention_mask must hold only 0 (padding) and 1 (a token), got "
+                             f"{low if low < 0 else high}")  # fmt: skip
+    return mask

@@ -41,6 +41,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -335,7 +336,7 @@ def train_induction(
     Args:
         seed: seeds the weights and the data.
         steps: optimizer steps.
-        n: length of the random half; the model's context is `2 * n`.
+        n: length of the random half, at least 2; the model's context is `2 * n`.
         batch_size: sequences per step.
         emb_dim: the model's width.
         n_heads: heads per layer.
@@ -346,13 +347,17 @@ def train_induction(
 
     Returns:
         An [`InductionRun`][attention.heads.InductionRun].
+
+    Raises:
+        ValueError: a size below 1 (`n` below 2), or `lr` not a finite number above 0.
+        FloatingPointError: the loss stopped being finite (the learning rate is too large).
     """
     sizes = {"steps": steps, "n": n, "batch_size": batch_size, "emb_dim": emb_dim,
              "n_heads": n_heads, "log_every": log_every}  # fmt: skip
     for name, value in sizes.items():
-        check_size(name, value)
-    if not (isinstance(lr, int | float) and lr > 0):
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
+        check_size(name, value, minimum=2 if name == "n" else 1)  # n = 1: no period to draw
+    if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr < math.inf):
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
     vocab = torch.unique(torch.tensor(gpt2_encoding().encode(sample_text())))  # sorted ids
     cfg = {"vocab_size": len(vocab), "context_length": 2 * n, "emb_dim": emb_dim,
            "n_heads": n_heads, "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False,
@@ -375,6 +380,9 @@ def train_induction(
             idx = _periodic(batch_size, n, len(vocab), data)  # (b, 2n)
             logits = model(idx[:, :-1])  # token t + 1 from tokens 0..t: (b, 2n - 1, V)
             loss = nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training diverged at step {step}: loss {loss.item()} "
+                                         f"(lr={lr!r}); try a smaller lr")  # fmt: skip
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -379,6 +379,7 @@ class MultiHeadAttention(nn.Module):
         right_padded: bool = False,
         run_start: Tensor | None = None,
         need_weights: bool = False,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The forward's computation, without its checks: for callers that made them.
 
@@ -394,6 +395,9 @@ class MultiHeadAttention(nn.Module):
             right_padded: and that padding comes after each row's real tokens.
             run_start: or, `(batch,)`: each row's real tokens are one run from there.
             need_weights: also return the weights (explicit path).
+            positions: `(batch, num_tokens)` the positions RoPE rotates by, each row's own
+                (a left-padded row's count from its first real token); None for the slots
+                `start ...`. What a query sees is decided by the slots either way.
 
         Returns:
             `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
@@ -401,7 +405,7 @@ class MultiHeadAttention(nn.Module):
         """
         b, num_tokens, _ = x.shape
         start = 0 if cache is None else cache.length  # the chunk's first position
-        queries, keys, values = self.project(x, start)  # (b, h | h_kv, T, d_h)
+        queries, keys, values = self.project(x, start, positions)  # (b, h | h_kv, T, d_h)
         key_positions, key_seg = None, segments
         if cache is not None and segments is None and cache.segments is not None:
             # the cache holds padding or documents: this chunk is real tokens of segment 0,
@@ -430,12 +434,15 @@ class MultiHeadAttention(nn.Module):
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         return out, attn_weights
 
-    def project(self, x: Tensor, start: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+    def project(
+        self, x: Tensor, start: int = 0, positions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values split into heads, rotated (RoPE) at positions `start ...`.
 
         Args:
             x: `(batch, num_tokens, d_in)`.
             start: the first token's position.
+            positions: or `(batch, num_tokens)`, each row's own positions.
 
         Returns:
             `(queries, keys, values)`: `(b, h, T, d_h)`, `(b, h_kv, T, d_h)`, `(b, h_kv, T, d_h)`.
@@ -451,7 +458,8 @@ class MultiHeadAttention(nn.Module):
             values.transpose(1, 2),
         )
         if self.rotary is not None:  # turn each query and key by m * theta_i, m = start, ...
-            queries, keys = self.rotary.rotate(queries, start), self.rotary.rotate(keys, start)
+            queries = self.rotary.rotate(queries, start, positions)
+            keys = self.rotary.rotate(keys, start, positions)
         return queries, keys, values
 
     def scores(self, x: Tensor) -> Tensor:

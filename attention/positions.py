@@ -282,7 +282,30 @@ class RotaryTable:
             self._tables[(device, dtype)] = table
         return table[0][start:end], table[1][start:end]
 
-    def rotate(self, x: Tensor, start: int) -> Tensor:
-        """`x` (`(..., T, d_h)`) rotated at positions `start ... start + T - 1`."""
-        cos, sin = self.angles(start, x.shape[-2], x.device, x.dtype)
+    def rotate(self, x: Tensor, start: int, positions: Tensor | None = None) -> Tensor:
+        """`x` (`(b, h, T, d_h)`) rotated at positions `start ... start + T - 1`, or at `positions`.
+
+        Args:
+            x: queries or keys.
+            start: the first token's slot.
+            positions: `(b, T)` each row's own positions (left padding skipped; a padded
+                token's may be negative, and is taken as 0), none beyond its slot
+                `start + t`; or None for the slots themselves.
+        """
+        num_tokens = x.shape[-2]
+        if positions is None:
+            cos, sin = self.angles(start, num_tokens, x.device, x.dtype)  # (T, d_h)
+        else:
+            cos, sin = self._angles_at(positions.clamp(min=0), start + num_tokens, x.dtype)
         return _rope(x, cos, sin)
+
+    def _angles_at(self, positions: Tensor, end: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """`(cos, sin)` at `positions` `(b, T)`, all below `end`: `(b, 1, T, d_h)`."""
+        if end <= self.limit:  # rows of the table
+            cos, sin = self.angles(0, end, positions.device, dtype)
+            return cos[positions][:, None], sin[positions][:, None]
+        theta = rope_frequencies(self.head_dim, self.base, dtype=torch.float64)
+        angles = positions.to(device=theta.device, dtype=torch.float64)[..., None] * theta
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # (b, 1, T, d_h)
+        return (angles.cos().to(positions.device, dtype),
+                angles.sin().to(positions.device, dtype))  # fmt: skip

@@ -140,8 +140,16 @@ def test_bad_arguments_are_named() -> None:
         model_scores(model_for(), torch.tensor([[30]]))  # outside the vocabulary
     with pytest.raises(ValueError, match="steps"):
         train_induction(steps=0)
-    with pytest.raises(ValueError, match="lr must be a number > 0"):
+    with pytest.raises(ValueError, match=r"lr must be a finite number > 0, got -1\.0"):
         train_induction(lr=-1.0)
+    with pytest.raises(ValueError, match="lr must be a finite number > 0, got inf"):
+        train_induction(lr=float("inf"))
+    with pytest.raises(ValueError, match="n must be >= 2, got 1"):
+        train_induction(n=1)  # no period to draw between n / 2 and n
+    with pytest.raises(
+        FloatingPointError, match=r"training diverged at step \d+: loss nan \(lr=1e\+30\)"
+    ):
+        train_induction(lr=1e30, steps=5, n=4, batch_size=2, emb_dim=8, n_heads=2, log_every=5)
 
 
 @pytest.mark.slow(seconds=17)  # each seed, on one core: the longest tests, started first

@@ -13,7 +13,8 @@ import time
 import torch
 
 from attention import MultiHeadAttention
-from attention.gpt import GPTModel, generate
+from attention.generation import generate
+from attention.gpt import GPTModel
 
 torch.manual_seed(0)
 
