@@ -434,7 +434,7 @@ def kv_cache(mha: MultiHeadAttention, prompt_tokens: int, decode_steps: int,
 
     Raises:
         TypeError: `mha` is not a `MultiHeadAttention`, or a size not an int.
-        ValueError: a size out of range, or `mha` not causal (as `init_cache` says).
+        ValueError: a size out of range, or `mha` not causal.
 
     Examples:
         >>> from attention import MultiHeadAttention
@@ -445,6 +445,9 @@ def kv_cache(mha: MultiHeadAttention, prompt_tokens: int, decode_steps: int,
     """
     if not isinstance(mha, MultiHeadAttention):
         raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
+    if not mha.causal:
+        raise ValueError("mha needs causal=True: a generating layer's cache (with causal=False "
+                         "a cache holds another sequence's keys, for cross-attention)")  # fmt: skip
     check_size("prompt_tokens", prompt_tokens)
     if check_size("decode_steps", decode_steps) > 8:
         raise ValueError(f"decode_steps must be at most 8 to draw, got {decode_steps}")

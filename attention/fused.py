@@ -32,7 +32,13 @@ from torch import Tensor
 from attention.sinks import with_sink
 from attention.visibility import Visibility, same_segment, visible
 
-__all__ = ["fused_attention", "roll_tokens", "sdpa", "sliding_window_attention"]
+__all__ = [
+    "cross_attention",
+    "fused_attention",
+    "roll_tokens",
+    "sdpa",
+    "sliding_window_attention",
+]
 
 
 def fused_attention(
@@ -124,6 +130,38 @@ def fused_attention(
     context_vec = sdpa(queries, keys, values, mask | padded, dropout_p=dropout_p,
                        sink_logits=sink_logits)  # fmt: skip
     return context_vec.masked_fill(padded, 0.0)
+
+
+def cross_attention(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    key_segments: Tensor | None = None,
+    *,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """Queries of one sequence over the keys of another: only the keys' padding is hidden.
+
+    Without padding the kernel gets no mask; with it, one row per sequence, `(b, 1, 1, S)`
+    ([`same_segment`][attention.visibility.same_segment] of a real query and each key). A
+    sequence whose keys are all padding gets zero context vectors.
+
+    Args:
+        queries: `(b, h, T, d_h)`.
+        keys: `(b, h_kv, S, d_h)`.
+        values: `(b, h_kv, S, d_v)`.
+        key_segments: `(b, S)`, -1 for padding, or None.
+        dropout_p: dropout on the weights.
+
+    Returns:
+        `(b, h, T, d_v)`.
+    """
+    if key_segments is None:
+        return sdpa(queries, keys, values, dropout_p=dropout_p)
+    mask = same_segment(key_segments.new_zeros(key_segments.shape[0], 1), key_segments)
+    empty = ~mask.any(-1, keepdim=True)  # (b, 1, 1, 1): no real key: any row, then 0
+    context_vec = sdpa(queries, keys, values, mask | empty, dropout_p=dropout_p)
+    return context_vec.masked_fill(empty, 0.0)
 
 
 def roll_tokens(t: Tensor, shift: Tensor) -> Tensor:

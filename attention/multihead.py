@@ -36,7 +36,7 @@ from attention.checks import (
     check_tensor,
 )
 from attention.core import causal_mask, explicit_attention
-from attention.fused import fused_attention
+from attention.fused import cross_attention, fused_attention
 from attention.positions import RotaryTable, rope_frequencies
 from attention.visibility import Visibility, chunk_mask, segments, visible
 
@@ -166,11 +166,14 @@ class MultiHeadAttention(nn.Module):
         sinks: with a `window`, the first `sinks` tokens stay visible to every query
             (StreamingLLM's attention sinks).
         sink_logit: learn one logit per head for a sink that absorbs weight (gpt-oss).
+        kdim: width of the sequence keys are projected from; default `d_in`. With `vdim`,
+            for cross-attention (`torch.nn.MultiheadAttention`'s names).
+        vdim: width of the sequence values are projected from; default `d_in`.
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
-        W_key: `nn.Linear(d_in, num_kv_heads * head_dim)`.
-        W_value: `nn.Linear(d_in, num_kv_heads * head_dim)`.
+        W_key: `nn.Linear(kdim, num_kv_heads * head_dim)`.
+        W_value: `nn.Linear(vdim, num_kv_heads * head_dim)`.
         out_proj: `nn.Linear(d_out, d_out)`, $W_o$ and $b_o$.
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
@@ -229,10 +232,14 @@ class MultiHeadAttention(nn.Module):
         rope_base: float = 10000.0,
         sinks: int = 0,
         sink_logit: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         _check_sizes(d_in, d_out, context_length, num_heads, num_kv_heads)
+        self.kdim = d_in if kdim is None else check_size("kdim", kdim)
+        self.vdim = d_in if vdim is None else check_size("vdim", vdim)
         check_dropout(dropout)
         self.d_in = d_in
         self.d_out = d_out
@@ -255,8 +262,8 @@ class MultiHeadAttention(nn.Module):
         check_flag("sink_logit", sink_logit)
         kv_dim = num_kv_heads * self.head_dim
         self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, kv_dim, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, kv_dim, bias=qkv_bias)
+        self.W_key = nn.Linear(self.kdim, kv_dim, bias=qkv_bias)
+        self.W_value = nn.Linear(self.vdim, kv_dim, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
@@ -283,6 +290,8 @@ class MultiHeadAttention(nn.Module):
         *,
         cache: KVCache | None = ...,
         document_ids: Tensor | None = ...,
+        key: Tensor | None = ...,
+        value: Tensor | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -294,6 +303,8 @@ class MultiHeadAttention(nn.Module):
         *,
         cache: KVCache | None = ...,
         document_ids: Tensor | None = ...,
+        key: Tensor | None = ...,
+        value: Tensor | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
@@ -305,6 +316,8 @@ class MultiHeadAttention(nn.Module):
         need_weights: Literal[True],
         cache: KVCache | None = ...,
         document_ids: Tensor | None = ...,
+        key: Tensor | None = ...,
+        value: Tensor | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -315,6 +328,8 @@ class MultiHeadAttention(nn.Module):
         *,
         cache: KVCache | None = None,
         document_ids: Tensor | None = None,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Attend over `x`: check the inputs, then [`attend`][attention.multihead.MultiHeadAttention.attend].
 
@@ -336,6 +351,11 @@ class MultiHeadAttention(nn.Module):
                 without a mask or ids after one with them is real tokens of document 0.
             document_ids: optional `(batch, num_tokens)` non-negative ints: several documents
                 packed in one row; a query sees only the keys of its own document.
+            key: cross-attention: `(batch, num_keys, kdim)`, the other sequence (an
+                encoder's output) the keys come from; `key_padding_mask` is then its padding,
+                `(batch, num_keys)`. Needs `causal=False` and no RoPE: see
+                [`cross_attend`][attention.multihead.MultiHeadAttention.cross_attend].
+            value: `(batch, num_keys, vdim)`, what the values come from; default `key`.
 
         Returns:
             `context_vec` of shape `(batch, num_tokens, d_out)`; with `need_weights=True`,
@@ -350,6 +370,18 @@ class MultiHeadAttention(nn.Module):
         """  # noqa: E501
         check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
         check_flag("need_weights", need_weights)
+        if key is not None or value is not None or (cache is not None and not self.causal):
+            if document_ids is not None:
+                raise ValueError("document_ids pack one sequence's documents: not for "
+                                 "cross-attention (key given)")  # fmt: skip
+            self._check_cross(x.shape[0], key, value, key_padding_mask, cache)
+            out, weights = self.cross_attend(x, key, value, key_padding_mask, cache,
+                                             need_weights=need_weights)  # fmt: skip
+            return out if weights is None else (out, weights)
+        if (self.kdim, self.vdim) != (self.d_in, self.d_in):
+            raise ValueError(f"this module projects keys from kdim={self.kdim} and values from "
+                             f"vdim={self.vdim} wide inputs: pass key= (and value=), the "
+                             "sequence to attend to")  # fmt: skip
         b, num_tokens, _ = x.shape
         if key_padding_mask is not None:
             check_padding_mask(key_padding_mask, b, num_tokens, x.device)
@@ -434,6 +466,148 @@ class MultiHeadAttention(nn.Module):
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         return out, attn_weights
 
+    def cross_attend(
+        self,
+        x: Tensor,
+        key: Tensor | None,
+        value: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        r"""Cross-attention: queries from `x`, keys and values from another sequence.
+
+        $Q = X W_q$, $K = M_k W_k$, $V = M_v W_v$ for the other sequence $M$ (`key`,
+        `value`: an encoder's output, in an encoder-decoder); every query sees every real key
+        (nothing is causal between two sequences), none of the keys' padding. A cache
+        (from [`init_cache`][attention.multihead.MultiHeadAttention.init_cache]) holds the
+        keys and values once: the first call, with `key`, fills it; later calls (a decoder's
+        steps) pass `key=None` and read them. `forward` checks the arguments and calls this.
+
+        Args:
+            x: queries' input, `(batch, num_tokens, d_in)`.
+            key: `(batch, num_keys, kdim)`, or None to read the cache.
+            value: `(batch, num_keys, vdim)`; default `key`.
+            key_padding_mask: `(batch, num_keys)` bool, True = padding in the other sequence;
+                a query whose keys are all padding gets a zero context vector.
+            cache: a cache to fill (with `key`) or to read (without).
+            need_weights: also return the weights `(batch, num_heads, num_tokens, num_keys)`.
+
+        Returns:
+            `(context_vec, attn_weights)`, the weights None without `need_weights`.
+
+        Examples:
+            >>> layer = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, causal=False, kdim=6,
+            ...                            vdim=6)
+            >>> memory = torch.randn(2, 5, 6)  # (batch, num_keys, kdim): an encoder's output
+            >>> cache = layer.init_cache(batch_size=2, max_tokens=5)
+            >>> first = layer(torch.randn(2, 3, 8), key=memory, cache=cache)  # fills the cache
+            >>> step = layer(torch.randn(2, 1, 8), cache=cache)  # reads it: (2, 1, 8)
+            >>> cache.length  # the 5 keys, stored once
+            5
+        """
+        b, num_tokens, _ = x.shape
+        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
+        queries = queries.transpose(1, 2)  # (b, h, T, d_h)
+        keys, values, key_seg = self._memory(
+            key, value, key_padding_mask, cache
+        )  # (b, h_kv, S, d_h)
+        if need_weights:
+            hidden = None if key_seg is None else (key_seg < 0)[:, None, None, :]  # (b, 1, 1, S)
+            context_vec, attn_weights = self._explicit(queries, keys, values, hidden)
+        else:
+            dropout_p = self.dropout.p if self.training else 0.0
+            context_vec, attn_weights = cross_attention(queries, keys, values, key_seg,
+                                                        dropout_p=dropout_p), None  # fmt: skip
+        context_vec = context_vec.transpose(1, 2).reshape(
+            b, num_tokens, self.d_out
+        )  # (b, T, d_out)
+        return self.out_proj(context_vec), attn_weights
+
+    def _check_cross(
+        self,
+        batch: int,
+        key: object,
+        value: object,
+        key_padding_mask: object,
+        cache: object,
+    ) -> None:
+        """Raise an error naming the argument unless cross-attention can run on these."""
+        if self.causal or self.rope or self.sink_logits is not None:
+            raise ValueError(
+                "cross-attention (key and value from another sequence, or a cache on a module "
+                f"with causal=False) needs causal=False, rope=False and no sink logit; this "
+                f"module has causal={self.causal}, rope={self.rope}, sink_logit="
+                f"{self.sink_logits is not None}"
+            )
+        if cache is not None:
+            self._check_cross_cache(cache, batch, key)
+        if key is None:
+            if value is not None or key_padding_mask is not None:
+                raise ValueError("value and key_padding_mask come with key (without key, the "
+                                 "cache's keys, values and padding are read)")  # fmt: skip
+            return
+        weight = self.W_key.weight
+        k = _check_memory("key", key, self.kdim, "kdim", batch, weight)
+        if value is None and self.vdim != self.kdim:
+            raise ValueError(f"value defaults to key, but values are projected from vdim="
+                             f"{self.vdim} and keys from kdim={self.kdim}: pass value=")  # fmt: skip
+        v = k if value is None else _check_memory("value", value, self.vdim, "vdim", batch, weight)
+        if v.shape[1] != k.shape[1]:
+            raise ValueError(f"key and value must have one length (num_keys), got "
+                             f"{k.shape[1]} and {v.shape[1]}")  # fmt: skip
+        if key_padding_mask is not None:
+            check_padding_mask(key_padding_mask, batch, k.shape[1], k.device)
+        if isinstance(cache, KVCache) and k.shape[1] > cache.slots:
+            raise ValueError(f"cache holds at most {cache.slots} keys (max_tokens), got key "
+                             f"with {k.shape[1]}")  # fmt: skip
+
+    def _check_cross_cache(self, cache: object, batch: int, key: object) -> None:
+        if not isinstance(cache, KVCache):
+            raise TypeError(
+                f"cache must be a KVCache (from init_cache), got {type(cache).__name__}"
+            )
+        weight, keys = self.W_key.weight, cache.keys
+        made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
+        if made != (self.num_kv_heads, self.head_dim, weight.dtype, weight.device):
+            raise ValueError(f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, "
+                             f"{made[2]} on {made[3]}: use this module's init_cache")  # fmt: skip
+        if batch != cache.batch_size:
+            raise ValueError(f"cache was made for batch_size={cache.batch_size}, got a batch "
+                             f"of {batch}")  # fmt: skip
+        if key is not None and cache.length:
+            raise ValueError(f"cache already holds {cache.length} keys of the other sequence: "
+                             "call without key to read them, or reset it first")  # fmt: skip
+        if key is None and not cache.length:
+            raise ValueError("cache is empty: the first cross-attention call passes key= (and "
+                             "value=) to fill it")  # fmt: skip
+
+    def _memory(
+        self,
+        key: Tensor | None,
+        value: Tensor | None,
+        key_padding_mask: Tensor | None,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The other sequence's keys and values `(b, h_kv, S, d_h)` and segments `(b, S)`."""
+        if key is None:  # the cache holds them (checked)
+            assert cache is not None
+            seg = None if cache.segments is None else cache.segments[:, : cache.length]
+            return cache.keys[:, :, : cache.length], cache.values[:, :, : cache.length], seg
+        value = key if value is None else value
+        if key_padding_mask is not None:  # a NaN in padding must not reach a real output
+            key = key.masked_fill(key_padding_mask[..., None], 0.0)
+            value = value.masked_fill(key_padding_mask[..., None], 0.0)
+        b, num_keys, _ = key.shape
+        keys = self.W_key(key).view(b, num_keys, self.num_kv_heads, self.head_dim)
+        values = self.W_value(value).view(b, num_keys, self.num_kv_heads, self.head_dim)
+        keys, values = keys.transpose(1, 2), values.transpose(1, 2)  # (b, h_kv, S, d_h)
+        seg = segments(key_padding_mask)  # (b, S): -1 for padding, or None
+        if cache is not None:
+            keys, values, _, seg = cache.update(keys, values, seg)
+        return keys, values, seg
+
     def project(
         self, x: Tensor, start: int = 0, positions: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -505,18 +679,17 @@ class MultiHeadAttention(nn.Module):
         Returns:
             A [`KVCache`][attention.cache.KVCache] of `num_kv_heads` heads.
 
+        A module with `causal=False` caches only for cross-attention: the other sequence's
+        keys and values, `max_tokens` of them (default `context_length`), stored once.
+
         Raises:
-            ValueError: the module is not causal, or `max_tokens` (without a window) exceeds
-                `context_length`.
+            ValueError: `max_tokens` (without a window, causal) exceeds `context_length`.
         """
-        if not self.causal:
-            raise ValueError("a key/value cache needs causal=True: later tokens would change "
-                             "what earlier ones attend to")  # fmt: skip
         if max_tokens is None and self.window is None:
             max_tokens = self.context_length
         if max_tokens is not None:
             check_size("max_tokens", max_tokens)
-            if self.window is None and max_tokens > self.context_length:
+            if self.causal and self.window is None and max_tokens > self.context_length:
                 raise ValueError(
                     f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
                 )
@@ -581,6 +754,8 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         """Shown by `print(module)`: what is not visible in the submodules."""
         options = [f"num_heads={self.num_heads}", f"causal={self.causal}"]
+        if (self.kdim, self.vdim) != (self.d_in, self.d_in):
+            options.append(f"kdim={self.kdim}, vdim={self.vdim}")
         if self.num_kv_heads != self.num_heads:
             options.append(f"num_kv_heads={self.num_kv_heads}")
         if self.window is not None:
@@ -660,6 +835,17 @@ def _check_sizes(
             "num_heads must be divisible by num_kv_heads (each key/value head serves a "
             f"group of query heads): got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
         )
+
+
+def _check_memory(
+    name: str, t: object, width: int, width_name: str, batch: int, like: Tensor
+) -> Tensor:
+    """Check cross-attention's `key` or `value`: `(batch, num_keys, width)`, like the module."""
+    t = check_tensor(name, t, ndim=3, floating=True, like=like)
+    if t.shape[0] != batch or t.shape[2] != width:
+        raise ValueError(f"{name} must have shape (batch, num_keys, {width_name}) = ({batch}, "
+                         f"num_keys, {width}), got {tuple(t.shape)}")  # fmt: skip
+    return t
 
 
 def _check_documents(

@@ -79,7 +79,8 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     `(3 * d_out, d_in)`, queries then keys then values, with one `in_proj_bias`; `out_proj` is
     a `Linear` like ours. It projects queries from its `embed_dim`, so `d_in` must equal
     `d_out`. Causality is not a property of PyTorch's module: pass
-    `attn_mask=causal_mask(T)` to its calls.
+    `attn_mask=causal_mask(T)` to its calls. A module with `kdim` or `vdim` (cross-attention)
+    becomes one with the same `kdim` and `vdim`, whose three projections are separate.
 
     Args:
         mha: the module to copy.
@@ -116,13 +117,17 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         )
     weight = mha.W_query.weight
     theirs = nn.MultiheadAttention(
-        mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True
-    ).to(device=weight.device, dtype=weight.dtype)
+        mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True,
+        kdim=mha.kdim, vdim=mha.vdim,
+    ).to(device=weight.device, dtype=weight.dtype)  # fmt: skip
     projections = (mha.W_query, mha.W_key, mha.W_value)
     with torch.no_grad():
-        # in_proj stacks queries, keys, values: (3 * d_out, d_in) and (3 * d_out,)
         weights: list[Tensor] = [p.weight for p in projections]
-        theirs.in_proj_weight.copy_(torch.cat(weights))
+        if theirs.in_proj_weight is not None:  # stacked: (3 * d_out, d_in)
+            theirs.in_proj_weight.copy_(torch.cat(weights))
+        else:  # kdim or vdim differ from embed_dim: one weight each
+            for name, w in zip(("q", "k", "v"), weights, strict=True):
+                getattr(theirs, f"{name}_proj_weight").copy_(w)
         biases: list[Tensor] = [
             p.bias if p.bias is not None else torch.zeros_like(p.weight[:, 0]) for p in projections
         ]

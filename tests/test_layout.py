@@ -70,3 +70,15 @@ def test_nothing_is_loaded_by_file_path() -> None:
         if p.name != "test_layout.py" and "spec_from_file_location" in p.read_text()
     ]
     assert offenders == []
+
+
+def test_the_distribution_has_a_name_of_its_own() -> None:
+    """`attention` on PyPI is an unrelated Keras package that installs a module `attention`
+    too: this one is distributed as `literate-attention` and imported as `attention`, and the
+    README says so where it tells how to install it."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "literate-attention"
+    readme = (ROOT / "README.md").read_text()
+    assert "`literate-attention`" in readme and "the import is `import attention`" in readme
