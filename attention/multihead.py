@@ -548,12 +548,13 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError("value and key_padding_mask come with key (without key, the "
                                  "cache's keys, values and padding are read)")  # fmt: skip
             return
-        weight = self.W_key.weight
-        k = _check_memory("key", key, self.kdim, "kdim", batch, weight)
+        w = self.W_key.weight
+        k = _check_memory("key", key, self.kdim, "kdim", batch, w)
         if value is None and self.vdim != self.kdim:
-            raise ValueError(f"value defaults to key, but values are projected from vdim="
-                             f"{self.vdim} and keys from kdim={self.kdim}: pass value=")  # fmt: skip
-        v = k if value is None else _check_memory("value", value, self.vdim, "vdim", batch, weight)
+            raise ValueError(f"value defaults to key, but values are projected from "
+                             f"vdim={self.vdim} and keys from kdim={self.kdim}: pass "
+                             "value=")  # fmt: skip
+        v = k if value is None else _check_memory("value", value, self.vdim, "vdim", batch, w)
         if v.shape[1] != k.shape[1]:
             raise ValueError(f"key and value must have one length (num_keys), got "
                              f"{k.shape[1]} and {v.shape[1]}")  # fmt: skip
