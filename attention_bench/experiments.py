@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from attention import MultiHeadAttention
+from attention_bench.batched import LENGTHS, padded_batch_rows
 from attention_bench.decode import decode_rows
 from attention_bench.implementations import (
     MODES,
@@ -42,7 +43,7 @@ from attention_bench.targets import check_targets
 
 __all__ = ["EXPERIMENTS", "Config", "Recorder", "compare", "run"]
 
-EXPERIMENTS = ("gpt2", "sweep", "construct", "decode", "compile")
+EXPERIMENTS = ("gpt2", "sweep", "construct", "decode", "batched", "compile")
 """Every experiment of a run, in the order it runs them."""
 
 
@@ -67,6 +68,7 @@ class Config:
     construct_context_length: int = 131_072
     decode_model: dict[str, Any] | None = None  # None: the book's GPT-2 124M
     decode_tokens: tuple[int, int] = (256, 32)  # prompt, new
+    batched_lengths: tuple[int, ...] = LENGTHS  # a padded batch's prompts (new: decode_tokens)
     roof_bytes: int = ROOF_BYTES  # the buffer the bandwidths are measured over
     experiments: tuple[str, ...] = EXPERIMENTS  # those to run (compile also needs `compile`)
 
@@ -91,6 +93,7 @@ class Config:
             decode_model={"vocab_size": 64, "context_length": 48, "emb_dim": 32, "n_heads": 4,
                           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False},
             decode_tokens=(16, 8),
+            batched_lengths=(3, 5, 9, 20),
             roof_bytes=2**24,
         )  # fmt: skip
 
@@ -375,6 +378,22 @@ def run_decode(rec: Recorder, cfg: Config) -> None:
     rec.sample_load("after generation")
 
 
+def run_batched(rec: Recorder, cfg: Config) -> None:
+    """A padded batch of prompts of different lengths, against the same prompts one by one."""
+    new = cfg.decode_tokens[1]
+    print(f"padded batch, prompts of {list(cfg.batched_lengths)} tokens, {new} new", flush=True)
+    rows = padded_batch_rows(Device(cfg.device), cfg.seed, cfg.decode_model,
+                             cfg.batched_lengths, new)  # fmt: skip
+    for row in rows:
+        rec.rows.append(row)
+        print(f"  {row['impl']:<10} {row['way']:<13} {1e3 * row['s_per_token']:.1f} ms per token",
+              flush=True)  # fmt: skip
+    batch = rows[0]
+    print(f"  padded batch: {batch['time_per_token_vs_one_by_one']:.2f}x the time per token of "
+          f"one by one, the same tokens: {batch['same_tokens_as_alone']}", flush=True)  # fmt: skip
+    rec.sample_load("after padded batch")
+
+
 def run(cfg: Config) -> dict[str, Any]:
     """Run every experiment of `cfg`; return the results document."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -409,6 +428,8 @@ def run(cfg: Config) -> dict[str, Any]:
         run_construct(rec, cfg)
     if "decode" in cfg.experiments:
         run_decode(rec, cfg)
+    if "batched" in cfg.experiments:
+        run_batched(rec, cfg)
     if cfg.compile and "compile" in cfg.experiments:
         print("torch.compile, production module", flush=True)
         run_compile(rec, cfg, cfg.dtypes[0])

@@ -31,6 +31,7 @@ __all__ = [
     "matmul_fraction",
     "memory_table",
     "method",
+    "padded_batch_table",
     "ratio_figure",
     "sweep_figures",
     "targets_table",
@@ -475,6 +476,38 @@ def hf_table(res: Mapping[str, Any]) -> str:
         lines.append(f"| decode, batch {ours['batch']}: of the weights-read limit "
                      f"| {ours['fraction_of_read_limit']:.0%} | {hf['fraction_of_read_limit']:.0%} "
                      "| |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def padded_batch_table(res: Mapping[str, Any]) -> str:
+    """Prompts of different lengths generated as one padded batch, one by one, and by HF.
+
+    Args:
+        res: a results document.
+
+    Returns:
+        A Markdown table (time, time per token, and the padded batch over each), or a
+        sentence where the run predates the experiment.
+    """
+    rows = {(r["impl"], r["way"]): r for r in select(res, experiment="padded_batch")}
+    batch = rows.get(("gpt2_124m", "padded_batch"))
+    if batch is None:
+        return "This run has no padded-batch rows (it predates the experiment)."
+    lines = [
+        f"| prompts of {', '.join(map(str, batch['lengths']))} tokens, {batch['new_tokens']} "
+        "new each | time | per token | padded batch / this |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    names = {("gpt2_124m", "padded_batch"): "ours, one padded batch",
+             ("gpt2_124m", "one_by_one"): "ours, one prompt after another",
+             ("hf_gpt2", "padded_batch"): "HF GPT-2, one padded batch"}  # fmt: skip
+    for key, name in names.items():
+        if key in rows:
+            row = rows[key]
+            lines.append(f"| {name} | {_seconds(row['median_s'])} | {_ms(row['s_per_token'])} "
+                         f"| {batch['median_s'] / row['median_s']:.2f}x |")  # fmt: skip
+    same = "the same tokens" if batch["same_tokens_as_alone"] else "**other tokens**"
+    lines.append(f"\nThe padded batch wrote {same} as the prompts one by one.")
     return "\n".join(lines)
 
 

@@ -68,6 +68,13 @@ METHOD = {
         "max_new_tokens); the order of the two alternates each round; medians over rounds "
         "(prefill, generation) and over every step (decode)"
     ),
+    "padded_batch": (
+        "the same model: prompts of the recorded lengths, left-padded into one batch with an "
+        "attention_mask and generated together (new_tokens greedy tokens each), against the "
+        "same prompts generated one after another, and against Hugging Face's generate of the "
+        "same padded batch; a warm-up round, then rounds in which each runs once, the order "
+        "alternating; s_per_token = median time / (prompts x new_tokens)"
+    ),
 }
 """How every number in a results file was measured: stored in each file, shown by the page."""
 

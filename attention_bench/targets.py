@@ -145,6 +145,7 @@ def check_targets(
             1.0,
             "gpt2_124m / hf_gpt2, one forward over the prompt filling a cache",
         )
+    targets += _padded_batch_targets(rows)
     construct = find(rows, experiment="construct")
     if construct:
         target(
@@ -154,3 +155,22 @@ def check_targets(
             "MultiHeadAttention(768, 768, context_length, 0.0, 12), wall time",
         )
     return targets
+
+
+def _padded_batch_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A padded batch: no slower per token than its prompts one by one, nor than HF's batch."""
+    batch = find(rows, experiment="padded_batch", impl="gpt2_124m", way="padded_batch")
+    if not batch:
+        return []
+    lengths = ", ".join(map(str, batch["lengths"]))
+    found = [
+        ("one by one", batch.get("time_per_token_vs_one_by_one"),
+         "time per token, the padded batch / the same prompts generated one after another"),
+        ("HF GPT-2's padded batch", batch.get("time_vs_hf"),
+         "gpt2_124m / hf_gpt2, generate with the same attention_mask, the same weights"),
+    ]  # fmt: skip
+    return [
+        {"target": f"padded batch of prompts of {lengths} tokens, time vs {name}",
+         "value": value, "limit": 1.0, "at_least": False, "met": value <= 1.0, "what": what}
+        for name, value, what in found if value is not None
+    ]  # fmt: skip

@@ -137,7 +137,7 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         assert row["runs"] == len(row["times_s"]) >= cfg.min_repeats
         if row["impl"] == bench.REFERENCE:
             assert row["ratio_to_reference"] == 1.0
-        if row["impl"] != "matmul" and row["experiment"] not in ("construct", "decode"):
+        if row["impl"] != "matmul" and row["experiment"] in ("gpt2", "sweep", "compile"):
             assert row["peak_bytes"] > 0 and row["state_bytes"] > 0
     # Generation: a row per batch, and the bandwidth limit from the bytes of the weights.
     decode = [r for r in measured if r["experiment"] == "decode" and r["impl"] == "gpt2_124m"]
@@ -152,6 +152,14 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         )
         assert row["cached_tokens_per_s"] > 0
         assert row["impl"] == "hf_gpt2" or row["generation_speedup"] > 0
+    # A padded batch: ours together and one by one (the same tokens), and HF's batch if it is here
+    padded = {(r["impl"], r["way"]): r for r in measured if r["experiment"] == "padded_batch"}
+    ours = padded[("gpt2_124m", "padded_batch")]
+    assert ours["lengths"] == list(cfg.batched_lengths) and ours["same_tokens_as_alone"]
+    assert ours["time_per_token_vs_one_by_one"] == pytest.approx(
+        ours["median_s"] / padded[("gpt2_124m", "one_by_one")]["median_s"]
+    )
+    assert (("hf_gpt2", "padded_batch") in padded) == ("skipped" not in hf[0])
     # Construction at a long context: the state is the four projections' parameters only.
     (construct,) = [r for r in measured if r["experiment"] == "construct"]
     d = cfg.gpt2.d_model
@@ -170,6 +178,7 @@ def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
         f"construction time at context_length={cfg.construct_context_length}",
         "batch-1 decode, fraction of the bandwidth limit",
         "batch-1 decode, fraction of the weights-read limit",
+        f"padded batch of prompts of {', '.join(map(str, cfg.batched_lengths))} tokens, time vs one by one",
     }
     names = {t["target"] for t in results["targets"]}
     vs_hf = {"batch-1 decode tokens/s vs HF GPT-2", "batch-8 decode tokens/s vs HF GPT-2",
@@ -203,6 +212,10 @@ def test_report_draws_every_table_and_figure_from_a_quick_run(tmp_path: Path) ->
     assert [len(fig.axes[0].lines) > 0 for fig in report.sweep_figures(res)] == [True] * 3
     assert len(report.ratio_figure(res).axes[0].patches) >= 6
     assert report.method(res, "peak_bytes").startswith("peak_bytes: CPU: running maximum")
+    padded = report.padded_batch_table(res)
+    assert "| ours, one padded batch |" in padded and "| 1.00x |" in padded
+    assert padded.endswith("wrote the same tokens as the prompts one by one.")
+    assert "predates" in report.padded_batch_table({**res, "results": []})
 
 
 def test_live_comparison_times_each_implementation() -> None:
