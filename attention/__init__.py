@@ -17,6 +17,8 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
 - [`attention.gpt`][attention.gpt]: the book's GPT on this attention.
 - [`attention.generation`][attention.generation]: writing text with it: the book's loop, and
   batches of prompts of different lengths, sampling, stops per row, streaming.
+- [`attention.weights`][attention.weights]: weights in and out: Hugging Face's GPT-2 (a state
+  dict, a file, a directory), the book's chapter-5 layout, one Llama or Mistral attention layer.
 - [`attention.text`][attention.text]: chapter 2, the input pipeline: the offline GPT-2
   tokenizer, sliding-window batches, token + position embeddings.
 - [`attention.rnn`][attention.rnn] and [`attention.copy_task`][attention.copy_task]: chapter 1,

@@ -3,8 +3,10 @@
 [`to_hf_gpt2`][attention_bench.hf.to_hf_gpt2] copies a plain GPT-2 `GPTModel` (learned
 positions, every head its own keys and values, no window) into a `GPT2LMHeadModel` that
 computes the same logits, so the generation benchmark times both libraries on the same
-weights. `transformers` is the `bench` extra (`pip install -e '.[bench]'`); this module
-imports it only when called.
+weights. The names and layouts are those of [`attention.weights`][attention.weights] (one
+mapping, read both ways); this module builds the Hugging Face model around them.
+`transformers` is the `bench` extra (`pip install -e '.[bench]'`); this module imports it
+only when called.
 
 Two differences of layout, not of arithmetic: Hugging Face's GPT-2 keeps its projections in
 `Conv1D` modules, whose weight is stored `(in, out)` (an `nn.Linear`'s is `(out, in)`), and
@@ -21,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from attention.gpt import GPTModel, LayerNorm
+from attention.gpt import GPTModel
 from attention.multihead import MultiHeadAttention
+from attention.weights import gpt2_to_hf
+from attention.weights import gpt2_unsupported as unsupported
 
 if TYPE_CHECKING:
     from transformers import GPT2LMHeadModel
@@ -55,52 +59,15 @@ def version() -> str:
     return str(transformers.__version__)
 
 
-def unsupported(model: GPTModel) -> list[str]:
-    """What of `model` Hugging Face's GPT-2 cannot hold: empty for the plain GPT-2.
-
-    Examples:
-        >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
-        ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}
-        >>> unsupported(GPTModel(cfg))
-        []
-        >>> unsupported(GPTModel({**cfg, "n_kv_heads": 2, "rope_base": 10000.0}))
-        ['rotary positions (rope_base)', 'grouped-query attention (n_kv_heads)']
-    """
-    reasons = []
-    if model.pos_emb is None:
-        reasons.append("rotary positions (rope_base)")
-    atts: list[MultiHeadAttention] = [block.att for block in model.trf_blocks]  # type: ignore[misc]
-    if any(att.num_kv_heads != att.num_heads for att in atts):
-        reasons.append("grouped-query attention (n_kv_heads)")
-    if any(att.window is not None for att in atts):
-        reasons.append("a sliding window (window)")
-    return reasons
-
-
-def _copy_norm(norm: LayerNorm, hf_norm: nn.LayerNorm) -> None:
-    hf_norm.weight.copy_(norm.scale)
-    hf_norm.bias.copy_(norm.shift)
-
-
-def _copy_linear(conv: Any, *linears: nn.Linear) -> None:
-    """`nn.Linear`s (weights `(out, in)`), stacked along `out`, into one `Conv1D` (`(in, out)`)."""
-    conv.weight.copy_(torch.cat([linear.weight for linear in linears]).t())
-    biases = [linear.bias for linear in linears]
-    if any(bias is None for bias in biases):
-        conv.bias.zero_()
-    else:
-        conv.bias.copy_(torch.cat(biases))  # type: ignore[arg-type]  # none is None here
-
-
 def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
     """A `transformers.GPT2LMHeadModel` with `model`'s weights: the same logits, its own code.
 
-    Token and position embeddings to `wte` and `wpe`; per block `norm1`/`norm2` to
-    `ln_1`/`ln_2` (`scale` to `weight`, `shift` to `bias`), `W_query`, `W_key`, `W_value`
-    concatenated into `c_attn` (zero bias without `qkv_bias`), `out_proj` to `attn.c_proj`,
-    the feed-forward's two layers to `mlp.c_fc` and `mlp.c_proj`; `final_norm` to `ln_f`, and
-    `out_head` to an untied `lm_head` (the book's model does not tie it to the embedding).
-    Every `Conv1D` weight is the transpose of the `nn.Linear` one. LayerNorm epsilon 1e-5,
+    The weights are [`gpt2_to_hf`][attention.weights.gpt2_to_hf]'s: token and position
+    embeddings to `wte` and `wpe`; per block `norm1`/`norm2` to `ln_1`/`ln_2`, `W_query`,
+    `W_key`, `W_value` concatenated into `c_attn` (zero bias without `qkv_bias`), `out_proj`
+    to `attn.c_proj`, the feed-forward's two layers to `mlp.c_fc` and `mlp.c_proj`;
+    `final_norm` to `ln_f`, and `out_head` to an untied `lm_head` (the book's model does not
+    tie it to the embedding), every `Conv1D` weight transposed. LayerNorm epsilon 1e-5,
     GELU in its tanh approximation (`gelu_new`), every dropout 0, attention through SDPA; no
     beginning or end-of-text token, so generation never stops early. The result is in eval
     mode, on `model`'s device and in its dtype.
@@ -112,15 +79,11 @@ def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
         The Hugging Face model.
 
     Raises:
-        ValueError: `model` uses rotary positions, grouped-query attention or a window.
+        TypeError: `model` is not a `GPTModel`.
+        ValueError: `model` uses rotary positions, grouped-query attention, a window or sinks.
         ModuleNotFoundError: `transformers` is not installed (`pip install -e '.[bench]'`).
     """
-    reasons = unsupported(model)
-    if reasons:
-        raise ValueError(
-            "Hugging Face's GPT-2 holds the plain GPT-2 configuration only; this model uses "
-            + ", ".join(reasons)
-        )
+    state = gpt2_to_hf(model)  # refuses what GPT-2 cannot hold, before importing transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
     blocks: list[Any] = list(model.trf_blocks)
@@ -137,21 +100,7 @@ def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
     hf = GPT2LMHeadModel(config)
     nn.Module.to(hf, weight.device, weight.dtype)  # HF's own `to` is typed for its classes only
     nn.Module.eval(hf)
-    tr: Any = hf.transformer
-    with torch.no_grad():
-        tr.wte.weight.copy_(model.tok_emb.weight)
-        assert model.pos_emb is not None  # unsupported() said so
-        tr.wpe.weight.copy_(model.pos_emb.weight)
-        for block, hf_block in zip(blocks, tr.h, strict=True):
-            att = block.att
-            _copy_norm(block.norm1, hf_block.ln_1)
-            _copy_linear(hf_block.attn.c_attn, att.W_query, att.W_key, att.W_value)
-            _copy_linear(hf_block.attn.c_proj, att.out_proj)
-            _copy_norm(block.norm2, hf_block.ln_2)
-            _copy_linear(hf_block.mlp.c_fc, block.ff.layers[0])
-            _copy_linear(hf_block.mlp.c_proj, block.ff.layers[2])
-        _copy_norm(model.final_norm, tr.ln_f)
-        hf.lm_head.weight.copy_(model.out_head.weight)
+    hf.load_state_dict(state)  # strict: every tensor, by attention.weights' one mapping
     return hf
 
 

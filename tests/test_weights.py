@@ -1,0 +1,535 @@
+"""Weights in and out (`attention.weights`): Hugging Face's GPT-2, the book's layout, Llama.
+
+A loaded model must be the same model: Hugging Face's logits, its greedy and its seeded
+sampled tokens; a round trip must give back every tensor bit for bit; a Llama or Mistral
+attention layer must compute what `transformers`' own does, with its rotary embedding and its
+masks. Tiny random models throughout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import Tensor, nn
+
+from attention import MultiHeadAttention
+from attention.generation import generate
+from attention.gpt import GPTModel
+from attention.weights import (
+    attention_from_llama,
+    attention_to_llama,
+    gpt2_config,
+    gpt2_from_hf,
+    gpt2_from_pretrained,
+    gpt2_to_hf,
+    gpt2_to_params,
+    llama_attention_config,
+    load_weights_into_gpt,
+)
+
+VOCAB, CONTEXT, WIDTH, HEADS, LAYERS = 96, 48, 32, 4, 2
+SETTINGS = {"n_vocab": VOCAB, "n_ctx": CONTEXT, "n_embd": WIDTH, "n_head": HEADS,
+            "n_layer": LAYERS}  # fmt: skip
+TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-12}
+
+
+@pytest.fixture
+def transformers() -> ModuleType:
+    return pytest.importorskip("transformers")
+
+
+def hf_gpt2(transformers: ModuleType, device: torch.device, dtype: torch.dtype = torch.float64,
+            tied: bool = True) -> Any:  # fmt: skip
+    """A random `GPT2LMHeadModel`: GPT-2's defaults (gelu_new, eps 1e-5), no dropout."""
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=CONTEXT, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=tied,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation="sdpa",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(config).to(device=device, dtype=dtype).eval()
+    if not tied:  # an untied head of its own values
+        with torch.no_grad():
+            hf.lm_head.weight.normal_(0.0, 0.02)
+    return hf
+
+
+def load(hf: Any, source: str, tmp_path: Path, device: torch.device) -> GPTModel:
+    """Ours from `hf`, through a state dict, a .safetensors or .bin file, or a directory."""
+    if source == "state dict":
+        return gpt2_from_hf(hf.state_dict(), n_heads=HEADS)
+    if source == "bin":
+        torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
+        return gpt2_from_hf(tmp_path / "pytorch_model.bin", n_heads=HEADS, device=device)
+    hf.save_pretrained(tmp_path)  # model.safetensors (a tied head dropped), config.json
+    if source == "safetensors":
+        return gpt2_from_hf(str(tmp_path / "model.safetensors"), n_heads=HEADS, device=device)
+    return gpt2_from_hf(tmp_path, device=device)  # the heads from config.json
+
+
+@pytest.mark.parametrize("source", ["state dict", "safetensors", "bin", "directory"])
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_loaded_gpt2_gives_hugging_faces_logits(
+    transformers: ModuleType, device: torch.device, tmp_path: Path, source: str, tied: bool,
+    dtype: torch.dtype,
+) -> None:  # fmt: skip
+    hf = hf_gpt2(transformers, device, dtype, tied)
+    model = load(hf, source, tmp_path, device)
+    assert model.tok_emb.weight.dtype == dtype and model.tok_emb.weight.device.type == device.type
+    assert not model.training
+    w = model.trf_blocks[0].att.W_query.weight
+    assert w.t().is_contiguous()  # loaded in place: the (in, out) layout GPTModel keeps
+    ids = torch.randint(0, VOCAB, (3, 20), device=device)
+    tol = TOLERANCE[dtype]
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
+def test_loaded_gpt2_writes_hugging_faces_tokens(
+    transformers: ModuleType, device: torch.device, use_cache: bool
+) -> None:
+    hf = hf_gpt2(transformers, device)
+    model = gpt2_from_hf(hf.state_dict(), n_heads=HEADS)
+    prompt = torch.randint(0, VOCAB, (2, 6), device=device)
+    mask = torch.ones_like(prompt)
+    theirs = hf.generate(prompt, attention_mask=mask, do_sample=False, max_new_tokens=20,
+                         use_cache=use_cache)  # fmt: skip
+    assert torch.equal(generate(model, prompt, 20, None, 0.0, None, None, use_cache), theirs)
+    for seed in range(3):  # the same draws: both call torch.multinomial on the global RNG
+        torch.manual_seed(seed)
+        theirs = hf.generate(prompt, attention_mask=mask, do_sample=True, top_k=10,
+                             temperature=0.8, max_new_tokens=20, use_cache=use_cache)  # fmt: skip
+        torch.manual_seed(seed)
+        ours = generate(model, prompt, 20, None, 0.8, 10, None, use_cache)
+        assert torch.equal(ours, theirs), seed
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_hugging_face_round_trip_is_exact(
+    transformers: ModuleType, device: torch.device, tied: bool
+) -> None:
+    hf = hf_gpt2(transformers, device, torch.float32, tied)
+    state = hf.state_dict()
+    back = gpt2_to_hf(gpt2_from_hf(state, n_heads=HEADS))
+    assert list(back) == list(state)  # every key, in Hugging Face's order
+    for key, value in state.items():
+        assert torch.equal(back[key], value), key
+    hf.load_state_dict(back)  # strict: nothing missing, nothing unknown
+
+
+def test_a_gpt2model_state_dict_with_the_old_mask_buffers(transformers: ModuleType) -> None:
+    hf = hf_gpt2(transformers, torch.device("cpu"))
+    state = dict(hf.transformer.state_dict())  # GPT2Model: no prefix, no lm_head (tied)
+    for i in range(LAYERS):  # what GPT-2's original checkpoints also hold: not weights
+        state[f"h.{i}.attn.bias"] = torch.ones(1, 1, CONTEXT, CONTEXT).tril()
+        state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
+    model = gpt2_from_hf(state, n_heads=HEADS)
+    assert torch.equal(model.out_head.weight, hf.lm_head.weight)  # tied: the head is wte
+    ids = torch.randint(0, VOCAB, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-12, rtol=1e-12)
+
+
+def test_ours_saved_as_safetensors_loads_back_exactly(tmp_path: Path) -> None:
+    safetensors = pytest.importorskip("safetensors.torch")
+    model = GPTModel(gpt2_config(SETTINGS)).eval()
+    safetensors.save_file(gpt2_to_hf(model), tmp_path / "model.safetensors")  # contiguous
+    again = gpt2_from_hf(tmp_path / "model.safetensors", n_heads=HEADS)
+    for (name, a), b in zip(model.named_parameters(), again.parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_model_without_qkv_bias_exports_zero_biases(transformers: ModuleType) -> None:
+    cfg = {**gpt2_config(SETTINGS), "qkv_bias": False}
+    model = GPTModel(cfg).eval()
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=CONTEXT, n_embd=WIDTH,
+                                     n_layer=LAYERS, n_head=HEADS, tie_word_embeddings=False)  # fmt: skip
+    hf = transformers.GPT2LMHeadModel(config).eval()
+    hf.load_state_dict(gpt2_to_hf(model))
+    ids = torch.randint(0, VOCAB, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, model(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_a_sharded_directory_and_a_dtype(transformers: ModuleType, tmp_path: Path) -> None:
+    hf = hf_gpt2(transformers, torch.device("cpu"))
+    hf.save_pretrained(tmp_path, max_shard_size="50KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    model = gpt2_from_hf(tmp_path, dtype=torch.float32)
+    assert model.tok_emb.weight.dtype == torch.float32
+    ids = torch.randint(0, VOCAB, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_gpt2_from_pretrained_reads_what_the_hub_download_returns(
+    transformers: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub = pytest.importorskip("huggingface_hub")
+    hf = hf_gpt2(transformers, torch.device("cpu"))
+    hf.save_pretrained(tmp_path)
+    asked = []
+    monkeypatch.setattr(hub, "snapshot_download",
+                        lambda name, **kw: asked.append(name) or str(tmp_path))  # fmt: skip
+    model = gpt2_from_pretrained("openai-community/gpt2")
+    assert asked == ["openai-community/gpt2"]
+    assert torch.equal(model.tok_emb.weight, hf.transformer.wte.weight)
+
+
+def test_gpt2_from_pretrained_without_huggingface_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(ImportError, match="pip install huggingface_hub"):
+        gpt2_from_pretrained()
+
+
+# --- the book's chapter-5 layout ---
+
+
+def book_params(tf_variables: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The book's `load_gpt2_params_from_tf_ckpt`, on OpenAI's variable names."""
+    params: dict[str, Any] = {"blocks": [{} for _ in range(LAYERS)]}
+    for name, array in tf_variables.items():
+        parts = name.split("/")[1:]
+        target = params
+        if parts[0].startswith("h"):
+            target = params["blocks"][int(parts[0][1:])]
+        for key in parts[1:-1]:
+            target = target.setdefault(key, {})
+        target[parts[-1]] = array
+    return params
+
+
+def tf_variables(hf_state: dict[str, Tensor]) -> dict[str, np.ndarray]:
+    """OpenAI's TensorFlow checkpoint's names for Hugging Face's tensors (the same arrays)."""
+    out = {}
+    for key, value in hf_state.items():
+        key = key.removeprefix("transformer.")
+        if key == "lm_head.weight":
+            continue
+        parts = key.split(".")
+        leaf = {"weight": "g" if parts[-2].startswith("ln_") else "w", "bias": "b"}[parts[-1]]
+        if parts[0] == "h":
+            parts = [f"h{parts[1]}", *parts[2:]]
+        name = "/".join(["model", *parts[:-1]]) + ("" if parts[0] in ("wte", "wpe") else f"/{leaf}")
+        out[name] = value.detach().cpu().numpy()
+    return out
+
+
+def test_the_books_layout_loads_hugging_faces_gpt2(transformers: ModuleType) -> None:
+    hf = hf_gpt2(transformers, torch.device("cpu"), torch.float32)
+    variables = tf_variables(hf.state_dict())
+    assert "model/h0/attn/c_attn/w" in variables and "model/ln_f/g" in variables
+    gpt = GPTModel(gpt2_config(SETTINGS)).eval()
+    load_weights_into_gpt(gpt, book_params(variables))
+    ids = torch.randint(0, VOCAB, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(gpt(ids), hf(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("qkv_bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_the_books_layout_round_trip_is_exact(
+    device: torch.device, qkv_bias: bool, dtype: torch.dtype
+) -> None:
+    cfg = {**gpt2_config(SETTINGS), "qkv_bias": qkv_bias}
+    model = GPTModel(cfg).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        model.out_head.weight.copy_(model.tok_emb.weight)  # the layout ties them
+    settings, params = gpt2_to_params(model)
+    assert settings == SETTINGS
+    assert params["blocks"][1]["mlp"]["c_fc"]["w"].shape == (WIDTH, 4 * WIDTH)
+    again = GPTModel(cfg).to(device=device, dtype=dtype)
+    load_weights_into_gpt(again, params)
+    for (name, a), b in zip(model.named_parameters(), again.parameters(), strict=True):
+        assert torch.equal(a, b), name
+
+
+# --- one attention layer of Llama or Mistral ---
+
+LLAMA = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
+         "max_position_embeddings": 32, "attn_implementation": "sdpa"}  # fmt: skip
+KINDS = {"llama": ({"rope_theta": 500.0}, "LlamaAttention", "create_causal_mask"),
+         "mistral": ({"sliding_window": 5}, "MistralAttention",
+                     "create_sliding_window_causal_mask")}  # fmt: skip
+
+
+def hf_attention(transformers: ModuleType, kind: str, extra: dict[str, Any]) -> tuple[Any, Any]:
+    """A `LlamaAttention` or `MistralAttention` (random, float64, eval) and its config."""
+    config_class = transformers.LlamaConfig if kind == "llama" else transformers.MistralConfig
+    config = config_class(**{**LLAMA, **KINDS[kind][0], **extra})
+    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    torch.manual_seed(1)
+    layer = getattr(module, KINDS[kind][1])(config, layer_idx=0).double().eval()
+    return layer, config
+
+
+def hf_forward(transformers: ModuleType, kind: str, layer: Any, x: Tensor,
+               own_rotary: bool = False) -> Tensor:  # fmt: skip
+    """`layer(x)` as the model calls it: the model's rotary embedding and causal mask.
+
+    `transformers`' rotary embedding computes its angles in float32 whatever the model's
+    dtype; unless `own_rotary`, the same formula is evaluated in float64 instead.
+    """
+    config = layer.config
+    positions = torch.arange(x.shape[1], device=x.device)[None].expand(x.shape[0], -1)
+    if own_rotary:
+        module = sys.modules[type(layer).__module__]  # modeling_llama, modeling_mistral
+        rotary = getattr(module, f"{kind.capitalize()}RotaryEmbedding")(config).to(x.device)
+        cos, sin = rotary(x, positions)
+    else:
+        theta = config.rope_parameters["rope_theta"]
+        d = layer.head_dim
+        inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+        angles = positions[..., None].double() * inv_freq
+        angles = torch.cat((angles, angles), dim=-1)  # (b, T, d_h), as Hugging Face's forward
+        cos, sin = angles.cos(), angles.sin()
+    make_mask = getattr(transformers.masking_utils, KINDS[kind][2])
+    mask = make_mask(config=config, inputs_embeds=x, attention_mask=None, cache=None,
+                     position_ids=positions, allow_is_causal_skip=False)  # fmt: skip
+    with torch.no_grad():
+        out: Tensor = layer(x, position_embeddings=(cos, sin), attention_mask=mask)[0]
+    return out
+
+
+BIAS = [("llama", False), ("llama", True), ("mistral", False)]  # Mistral's has no bias
+
+
+@pytest.mark.parametrize(("kind", "attention_bias"), BIAS, ids=["llama", "llama-bias", "mistral"])
+def test_llama_and_mistral_attention_load_into_ours(
+    transformers: ModuleType, device: torch.device, kind: str, attention_bias: bool
+) -> None:
+    layer, config = hf_attention(transformers, kind, {"attention_bias": attention_bias})
+    layer = layer.to(device)
+    att = attention_from_llama(layer.state_dict(), config)
+    assert (att.num_heads, att.num_kv_heads, att.rope) == (8, 2, True)
+    assert att.window == (5 if kind == "mistral" else None)
+    x = torch.randn(2, 12, 64, dtype=torch.float64, device=device)  # 12 tokens > the window
+    with torch.no_grad():
+        ours = att(x)
+    torch.testing.assert_close(ours, hf_forward(transformers, kind, layer, x), atol=1e-10, rtol=0)
+    # with transformers' own float32 angles: equal to float32's precision
+    theirs = hf_forward(transformers, kind, layer, x, own_rotary=True)
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("kind", "qkv_bias"), BIAS, ids=["llama", "llama-bias", "mistral"])
+def test_ours_loads_into_llama_and_mistral_attention(
+    transformers: ModuleType, device: torch.device, kind: str, qkv_bias: bool
+) -> None:
+    torch.manual_seed(2)
+    att = MultiHeadAttention(64, 64, 32, 0.0, num_heads=8, qkv_bias=qkv_bias, num_kv_heads=2,
+                             rope=True, rope_base=500.0,
+                             window=5 if kind == "mistral" else None)  # fmt: skip
+    att = att.to(device=device, dtype=torch.float64).eval()
+    if not qkv_bias:
+        with torch.no_grad():
+            att.out_proj.bias.zero_()  # Hugging Face's o_proj has no bias without attention_bias
+    config = llama_attention_config(att)
+    extra = {key: config[key] for key in ("head_dim", "rope_parameters", "attention_bias")}
+    layer, _ = hf_attention(transformers, kind, extra)
+    layer.load_state_dict(attention_to_llama(att))  # strict
+    layer = layer.to(device)
+    x = torch.randn(2, 12, 64, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        ours = att(x)
+    torch.testing.assert_close(ours, hf_forward(transformers, kind, layer, x), atol=1e-10, rtol=0)
+
+
+def test_a_whole_models_layer_by_prefix(transformers: ModuleType) -> None:
+    config = transformers.LlamaConfig(**LLAMA, num_hidden_layers=2, intermediate_size=32,
+                                      vocab_size=40)  # fmt: skip
+    model = transformers.LlamaModel(config)
+    att = attention_from_llama(model.state_dict(), config, prefix="layers.1.self_attn.",
+                               context_length=16)  # fmt: skip
+    assert att.context_length == 16
+    assert torch.equal(att.W_key.weight, model.layers[1].self_attn.k_proj.weight)
+
+
+# --- bad input: each error names what it expected and what it got ---
+
+
+def tiny_state() -> dict[str, Tensor]:
+    return gpt2_to_hf(GPTModel(gpt2_config(SETTINGS)))
+
+
+def test_gpt2_from_hf_names_the_bad_tensor() -> None:
+    state = tiny_state()
+    state["transformer.h.1.attn.c_attn.weight"] = torch.zeros(WIDTH, 95)
+    with pytest.raises(ValueError, match=r"transformer\.h\.1\.attn\.c_attn\.weight: expected "
+                                         r"shape \(32, 96\), got \(32, 95\)"):  # fmt: skip
+        gpt2_from_hf(state, n_heads=HEADS)
+    state = tiny_state()
+    del state["transformer.h.0.mlp.c_fc.bias"]
+    state["transformer.h.0.mlp.extra"] = torch.zeros(3)
+    with pytest.raises(ValueError, match=r"unknown keys \['transformer.h.0.mlp.extra'\]; "
+                                         r"missing .*'h.0.mlp.c_fc.bias \(128,\)'"):  # fmt: skip
+        gpt2_from_hf(state, n_heads=HEADS)
+    state = tiny_state()
+    state["transformer.ln_f.weight"] = state["transformer.ln_f.weight"].long()
+    with pytest.raises(TypeError, match=r"transformer\.ln_f\.weight must be a floating-point"):
+        gpt2_from_hf(state, n_heads=HEADS)
+
+
+@pytest.mark.parametrize(
+    ("change", "n_heads", "message"),
+    [
+        (lambda s: s.pop("transformer.wte.weight"), HEADS, "no wte.weight"),
+        (lambda s: [s.pop(k) for k in list(s) if ".h." in k], HEADS, r"no transformer block"),
+        (lambda s: None, None, "width 32 is none of GPT-2's .*: pass n_heads"),
+    ],
+    ids=["no wte", "no blocks", "unknown heads"],
+)
+def test_gpt2_from_hf_refuses_what_is_not_gpt2(change: Any, n_heads: int | None,
+                                               message: str) -> None:  # fmt: skip
+    state = tiny_state()
+    change(state)
+    with pytest.raises(ValueError, match=message):
+        gpt2_from_hf(state, n_heads=n_heads)
+
+
+def test_gpt2_from_hf_refuses_bad_sources(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="source must be a state dict, or the path"):
+        gpt2_from_hf(42)  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError, match="neither a file nor a directory"):
+        gpt2_from_hf(tmp_path / "nothing.safetensors")
+    (tmp_path / "weights.npz").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"\.safetensors, \.bin, \.pt or \.pth file"):
+        gpt2_from_hf(tmp_path / "weights.npz")
+    with pytest.raises(ValueError, match=r"neither model\.safetensors nor pytorch_model\.bin"):
+        gpt2_from_hf(tmp_path)
+    with pytest.raises(ValueError, match="n_heads must divide the width 32"):
+        gpt2_from_hf(tiny_state(), n_heads=5)
+    with pytest.raises(TypeError, match=r"dtype must be a floating-point torch\.dtype"):
+        gpt2_from_hf(tiny_state(), n_heads=HEADS, dtype=torch.int64)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"n_head": 2}, "n_heads=4, but config.json says n_head=2"),
+        ({"activation_function": "relu"}, "activation_function='relu'; GPT-2"),
+        ({"model_type": "llama"}, "model_type='llama'"),
+    ],
+)
+def test_gpt2_from_hf_checks_config_json(tmp_path: Path, config: dict[str, Any],
+                                         message: str) -> None:  # fmt: skip
+    torch.save(tiny_state(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=message):
+        gpt2_from_hf(tmp_path, n_heads=HEADS)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [({"rope_base": 10000.0}, "rotary positions"), ({"n_kv_heads": 2}, "grouped-query"),
+     ({"window": 8}, "a sliding window"), ({"window": 8, "sinks": 2}, "attention sinks")],
+)  # fmt: skip
+def test_only_plain_gpt2_is_exported(extra: dict[str, Any], named: str) -> None:
+    model = GPTModel({**gpt2_config(SETTINGS), **extra})
+    with pytest.raises(ValueError, match=f"plain GPT-2 configuration only; .*{named}"):
+        gpt2_to_hf(model)
+    with pytest.raises(ValueError, match=named):
+        gpt2_to_params(model)
+    with pytest.raises(TypeError, match="model must be a GPTModel, got Linear"):
+        gpt2_to_hf(nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+def test_the_books_layout_names_the_bad_entry() -> None:
+    model = GPTModel(gpt2_config(SETTINGS))
+    with pytest.raises(ValueError, match="ties the output head to wte"):
+        gpt2_to_params(model)
+    with torch.no_grad():
+        model.out_head.weight.copy_(model.tok_emb.weight)
+    _, params = gpt2_to_params(model)
+    params["blocks"][1]["ln_2"]["g"] = np.zeros(WIDTH + 1, dtype=np.float32)
+    target = GPTModel(gpt2_config(SETTINGS))
+    before = [p.clone() for p in target.parameters()]
+    with pytest.raises(ValueError, match=r'params\["blocks"\]\[1\]\["ln_2"\]\["g"\]: expected '
+                                         r"shape \(32,\), got \(33,\)"):  # fmt: skip
+        load_weights_into_gpt(target, params)
+    assert all(torch.equal(a, b) for a, b in zip(before, target.parameters(), strict=True))
+    _, params = gpt2_to_params(model)
+    params["blocks"].append(params["blocks"][0])
+    with pytest.raises(ValueError, match=r'params\["blocks"\]\[2\]\["ln_1"\]\["g"\] is not a '
+                                         r"weight of this model \(2 blocks; params has 3\)"):  # fmt: skip
+        load_weights_into_gpt(GPTModel(gpt2_config(SETTINGS)), params)
+    _, params = gpt2_to_params(model)
+    del params["g"]
+    with pytest.raises(ValueError, match=r'missing .*params\["g"\] \(32,\)'):
+        load_weights_into_gpt(GPTModel(gpt2_config(SETTINGS)), params)
+    _, params = gpt2_to_params(model)
+    params["blocks"][0]["attn"]["c_attn"]["b"][:] = 1.0
+    with pytest.raises(ValueError, match=r'c_attn"\]\["b"\] is not zero, .*qkv_bias=True'):
+        load_weights_into_gpt(GPTModel({**gpt2_config(SETTINGS), "qkv_bias": False}), params)
+    with pytest.raises(ValueError, match=r"settings .* missing \['n_layer'\]"):
+        gpt2_config({key: v for key, v in SETTINGS.items() if key != "n_layer"})
+
+
+def llama_state() -> dict[str, Tensor]:
+    return {"q_proj.weight": torch.randn(64, 64), "k_proj.weight": torch.randn(16, 64),
+            "v_proj.weight": torch.randn(16, 64), "o_proj.weight": torch.randn(64, 64)}  # fmt: skip
+
+
+LLAMA_ERRORS = {
+    "linear": ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
+               None, "RoPE type is 'linear': only the default"),
+    "yarn": ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, None, "'yarn'"),
+    "head_dim": ({"head_dim": 16}, None, r"8 \* 16 must equal hidden_size=64"),
+    "shape": ({}, ("k_proj.weight", torch.randn(8, 64)),
+              r"k_proj.weight: expected shape \(16, 64\), got \(8, 64\)"),
+    "unknown": ({}, ("q_norm.weight", torch.randn(8)), r"unknown keys \['q_norm.weight'\]"),
+    "missing": ({}, ("v_proj.weight", None), r"missing keys \['v_proj.weight \(16, 64\)'\]"),
+    "bias missing": ({"attention_bias": True}, None, r"missing keys \['q_proj.bias \(64,\)'"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("config", "change", "message"), LLAMA_ERRORS.values(),
+                         ids=LLAMA_ERRORS.keys())  # fmt: skip
+def test_attention_from_llama_refuses(config: dict[str, Any], change: Any, message: str) -> None:
+    state = llama_state()
+    if change is not None:
+        key, value = change
+        if value is None:
+            del state[key]
+        else:
+            state[key] = value
+    base = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "max_position_embeddings": 32}  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        attention_from_llama(state, {**base, **config})
+
+
+def test_attention_from_llama_needs_a_config() -> None:
+    with pytest.raises(TypeError, match="config must be a transformers config or its dict"):
+        attention_from_llama(llama_state(), 64)
+    with pytest.raises(ValueError, match=r"missing \['num_attention_heads'\]"):
+        attention_from_llama(llama_state(), {"hidden_size": 64})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"causal": False}, "att has not causal"),
+        ({}, r"att has no RoPE \(rope=False\)"),
+        ({"rope": True, "window": 4, "sinks": 1}, r"att has attention sinks"),
+        ({"rope": True, "d_out": 32}, "att has d_in=64 != d_out=32"),
+        ({"rope": True}, "att.out_proj.bias is not zero, .*o_proj has no bias"),
+    ],
+)
+def test_attention_to_llama_refuses(kwargs: dict[str, Any], message: str) -> None:
+    d_out = kwargs.pop("d_out", 64)
+    att = MultiHeadAttention(64, d_out, 32, 0.0, num_heads=8, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        attention_to_llama(att)
+    with pytest.raises(TypeError, match="att must be a MultiHeadAttention, got Linear"):
+        attention_to_llama(nn.Linear(2, 2))  # type: ignore[arg-type]
