@@ -8,6 +8,7 @@ of these.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -201,11 +202,11 @@ def check_size(name: str, value: object, *, minimum: int = 1) -> int:
     """
     if isinstance(value, torch.SymInt):  # a symbolic size, under torch.export
         return value  # type: ignore[return-value]
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # NumPy's ints too
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+    return int(value)
 
 
 def check_dropout(value: object, name: str = "dropout") -> float:

@@ -36,9 +36,12 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterator, Sequence
+import numbers
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -110,6 +113,8 @@ def pad_prompts(
         if row.ndim != 1 or row.numel() == 0:
             raise ValueError(f"prompts[{i}] must be a 1-D sequence of at least one token id, "
                              f"got shape {tuple(row.shape)}")  # fmt: skip
+        if int(row.min()) < 0:
+            raise ValueError(f"prompts[{i}] must hold ids >= 0, got {int(row.min())}")
     longest = max(row.numel() for row in rows)
     idx = torch.full((len(rows), longest), pad_id, dtype=torch.long, device=rows[0].device)
     attention_mask = torch.zeros_like(idx)
@@ -130,8 +135,8 @@ class _Sampling:
 
     def next_token(self, logits: Tensor) -> Tensor:
         """`(b, vocab)` -> `(b, 1)`: greedy at temperature 0, else a draw."""
-        if self.temperature == 0.0:
-            return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1)
+        if self.temperature < torch.finfo(logits.dtype).tiny:  # 0, or too small to divide by
+            return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1): greedy
         # z / tau, less its max: a tiny temperature then gives 0 and -inf, never inf - inf
         logits = (logits - logits.max(dim=-1, keepdim=True).values) / self.temperature
         if self.top_k is not None and self.top_k < logits.shape[-1]:
@@ -205,13 +210,41 @@ class _Batch:
         return self.ids[:, lo : self.length], mask
 
 
+_Step = TypeVar("_Step", "_Cached", "_Uncached")
+
+
+def _in_eval_mode(
+    step: Callable[[_Step, Tensor | None], Tensor],
+) -> Callable[[_Step, Tensor | None], Tensor]:
+    """Run a step without gradients, every module in eval mode; then give each its own mode.
+
+    Per step, not per generation: between two steps (a stream waiting for its reader) the
+    model is the caller's, in the modes the caller left it, and two streams of one model do
+    not change each other's.
+    """
+
+    @functools.wraps(step)
+    def run(self: _Step, token: Tensor | None) -> Tensor:
+        training = [m for m in self.model.modules() if m.training]
+        for module in training:
+            module.training = False
+        try:
+            with torch.no_grad():
+                return step(self, token)
+        finally:
+            for module in training:
+                module.training = True
+
+    return run
+
+
 class _Uncached:
     """The book's step: the last `context_size` tokens again, every time."""
 
     def __init__(self, model: GPTModel, batch: _Batch, context_size: int) -> None:
         self.model, self.batch, self.context_size = model, batch, context_size
 
-    @torch.no_grad()
+    @_in_eval_mode
     def __call__(self, token: Tensor | None) -> Tensor:
         ids, mask = self.batch.last(self.context_size)
         return self.model.logits(ids, attention_mask=mask, last_only=True)[:, -1]  # (b, vocab)
@@ -221,16 +254,17 @@ class _Cached:
     """Prefill once, then one token per step from a cache per block.
 
     A model that can run unbounded (RoPE and a window in every block, so ring buffers) goes
-    on past `context_size` with positions counting on; any other refills its caches with the
-    last `context_size` tokens once they are full, as the uncached loop crops.
+    on past its `context_length` with positions counting on, unless a smaller `context_size`
+    was asked for; any other refills its caches with the last `context_size` tokens once they
+    are full, as the uncached loop crops.
     """
 
     def __init__(self, model: GPTModel, batch: _Batch, context_size: int) -> None:
         self.model, self.batch, self.context_size = model, batch, context_size
         self.caches = model.init_caches(batch.ids.shape[0], context_size)
-        self.unbounded = model.unbounded
+        self.unbounded = model.unbounded and context_size == model.context_length
 
-    @torch.no_grad()
+    @_in_eval_mode
     def __call__(self, token: Tensor | None) -> Tensor:
         full = self.caches[0].length == self.context_size
         if token is None or (full and not self.unbounded):  # prefill, or refill
@@ -271,9 +305,11 @@ def generate(
     positions 0 on, as the uncached loop does, so the cache is refilled. Both ways give the
     same tokens (greedy) or the same distribution (sampled). A model with RoPE and a window
     in every block ([`unbounded`][attention.gpt.GPTModel.unbounded]) instead goes on past
-    `context_length` in constant memory: ring buffers of the window, positions counting on.
+    `context_length` in constant memory (ring buffers of the window, positions counting on),
+    unless `context_size` is smaller.
 
-    The model runs in eval mode (no dropout) and gets its own mode back after.
+    Each step runs in eval mode (no dropout); between steps, every module has its own mode
+    back.
 
     Args:
         model: a `GPTModel`.
@@ -281,7 +317,8 @@ def generate(
             in length ([`pad_prompts`][attention.generation.pad_prompts]).
         max_new_tokens: the most tokens to add.
         context_size: the most tokens the model is given; default its `context_length`.
-        temperature: 0 for greedy; above 0, sample from `softmax(logits / temperature)`.
+        temperature: 0 for greedy; above 0, sample from `softmax(logits / temperature)`
+            (below the logits' dtype's smallest normal number, greedy).
         top_k: sample among the `top_k` most likely tokens only (all, if it is larger).
         eos_id: an id, or several, that end a row (the id is written, then padding).
         use_cache: keep keys and values instead of recomputing them.
@@ -366,9 +403,9 @@ def _prepare(
         raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
     ids = _check_prompt(model, idx)
     mask = _check_mask(model, attention_mask, ids)
-    check_size("max_new_tokens", max_new_tokens, minimum=0)
+    max_new_tokens = check_size("max_new_tokens", max_new_tokens, minimum=0)
     context_size = model.context_length if context_size is None else context_size
-    check_size("context_size", context_size)
+    context_size = check_size("context_size", context_size)
     sampling = _check_sampling(model, ids.shape[0], temperature, top_k, top_p, generator)
     stops = _check_stops(model, eos_id, pad_id)
     check_flag("use_cache", use_cache)
@@ -393,20 +430,15 @@ def _run(
     With end ids, reading whether every row has ended is the one host synchronisation of a
     step (none without them).
     """
-    training = model.training
-    model.eval()
-    try:
-        logits = step(None)  # (b, vocab): after the prompt
-        done = torch.zeros(batch.ids.shape[0], 1, dtype=torch.bool, device=batch.ids.device)
-        for i in range(max_new_tokens):
-            token = stops.apply(sampling.next_token(logits), done)  # (b, 1)
-            batch.append(token)
-            yield token
-            if i == max_new_tokens - 1 or (stops.eos is not None and bool(done.all())):
-                return
-            logits = step(token)
-    finally:
-        model.train(training)
+    logits = step(None)  # (b, vocab): after the prompt
+    done = torch.zeros(batch.ids.shape[0], 1, dtype=torch.bool, device=batch.ids.device)
+    for i in range(max_new_tokens):
+        token = stops.apply(sampling.next_token(logits), done)  # (b, 1)
+        batch.append(token)
+        yield token
+        if i == max_new_tokens - 1 or (stops.eos is not None and bool(done.all())):
+            return
+        logits = step(token)
 
 
 def _check_prompt(model: GPTModel, idx: object) -> Tensor:
@@ -431,7 +463,7 @@ def _check_mask(model: GPTModel, attention_mask: object, ids: Tensor) -> Tensor 
             "attention_mask must pad on the left: each row's 0s before its 1s, and a token in "
             "the last column (pad_prompts makes such a batch)"
         )
-    model.check_padding_allowed()
+    model.check_padding_allowed(mask)
     return mask
 
 
@@ -443,19 +475,21 @@ def _check_sampling(
     top_p: object,
     generator: object,
 ) -> _Sampling:
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature must be a number >= 0, got {temperature!r:.40}")
-    if not (math.isfinite(temperature) and temperature >= 0.0):
+    tau = float(temperature)
+    if not (math.isfinite(tau) and tau >= 0.0):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None:
-        check_size("top_k", top_k)
+    k = None if top_k is None else check_size("top_k", top_k)
+    p = None
     if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, int | float):
+        if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real):
             raise TypeError(f"top_p must be a number in (0, 1], got {top_p!r:.40}")
-        if not 0.0 < top_p <= 1.0:
+        p = float(top_p)
+        if not 0.0 < p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
     gens = _check_generator(generator, batch_size, model.tok_emb.weight.device)
-    return _Sampling(float(temperature), top_k, None if top_p is None else float(top_p), gens)  # type: ignore[arg-type]
+    return _Sampling(tau, k, p, gens)
 
 
 def _check_generator(
@@ -481,6 +515,8 @@ def _check_generator(
 
 def _check_stops(model: GPTModel, eos_id: object, pad_id: object) -> _Stops:
     device = model.tok_emb.weight.device
+    if isinstance(eos_id, Tensor) and not eos_id.is_floating_point() and eos_id.ndim <= 1:
+        eos_id = eos_id.tolist()
     if eos_id is None:
         ends: list[int] = []
     elif isinstance(eos_id, Sequence) and not isinstance(eos_id, str | bytes):
@@ -494,8 +530,10 @@ def _check_stops(model: GPTModel, eos_id: object, pad_id: object) -> _Stops:
 
 
 def _check_vocab_id(model: GPTModel, name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a token id (an int), got {value!r:.40}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        kind = "an int, or a list of ints" if name == "eos_id" else "an int"
+        raise TypeError(f"{name} must be a token id ({kind}), got {value!r:.40}")
+    value = int(value)
     if not 0 <= value < model.vocab_size:
         raise ValueError(f"{name} must be in 0 .. {model.vocab_size - 1} (vocab_size="
                          f"{model.vocab_size}), got {value}")  # fmt: skip

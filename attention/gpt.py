@@ -273,17 +273,32 @@ class GPTModel(nn.Module):
         if attention_mask is not None:
             attention_mask = check_attention_mask(attention_mask, in_idx.shape, in_idx.device)
             if not bool(attention_mask.all()):
-                self.check_padding_allowed()
+                self.check_padding_allowed(attention_mask, caches)
         return self.logits(in_idx, caches, attention_mask=attention_mask)
 
-    def check_padding_allowed(self) -> None:
-        """Raise unless padding is allowed: not with attention sinks, which count slots."""
+    def check_padding_allowed(
+        self, attention_mask: Tensor, caches: list[KVCache] | None = None
+    ) -> None:
+        """Raise unless this padding changes nothing: what a window or sinks count is slots.
+
+        Attention sinks are the first slots of each row, which padding would fill. A window
+        counts the slots between a query and a key, padding included, so padding may only
+        come before each row's tokens (left padding), in the first chunk.
+        """
         blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
         if any(block.att.sinks for block in blocks):
             raise ValueError(
                 "attention_mask with padding: this model keeps attention sinks (cfg 'sinks'), "
                 "the first tokens of each row's slots, which padding would fill; run prompts "
                 "of different lengths one at a time"
+            )
+        first = caches is None or caches[0].length == 0
+        left = bool((attention_mask[:, 1:] >= attention_mask[:, :-1]).all())
+        if any(block.att.window is not None for block in blocks) and not (first and left):
+            raise ValueError(
+                "attention_mask: this model's window (cfg 'window') counts the slots between "
+                "tokens, padding included, so padding may only come first in each row (left "
+                "padding), in the first chunk given to the caches"
             )
 
     def _check_caches(self, caches: list[KVCache] | None, num_tokens: int) -> None:

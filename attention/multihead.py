@@ -167,7 +167,7 @@ class MultiHeadAttention(nn.Module):
             (StreamingLLM's attention sinks).
         sink_logit: learn one logit per head for a sink that absorbs weight (gpt-oss).
         kdim: width of the sequence keys are projected from; default `d_in`. With `vdim`,
-            for cross-attention (`torch.nn.MultiheadAttention`'s names).
+            for cross-attention (`torch.nn.MultiheadAttention`'s names): then `causal=False`.
         vdim: width of the sequence values are projected from; default `d_in`.
 
     Attributes:
@@ -240,6 +240,12 @@ class MultiHeadAttention(nn.Module):
         _check_sizes(d_in, d_out, context_length, num_heads, num_kv_heads)
         self.kdim = d_in if kdim is None else check_size("kdim", kdim)
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
+        if (self.kdim, self.vdim) != (d_in, d_in) and (causal or rope or sink_logit):
+            raise ValueError(
+                f"kdim={self.kdim}, vdim={self.vdim} (other than d_in={d_in}) are for "
+                "cross-attention, which needs causal=False, rope=False and no sink_logit; got "
+                f"causal={causal}, rope={rope}, sink_logit={sink_logit}"
+            )
         check_dropout(dropout)
         self.d_in = d_in
         self.d_out = d_out
@@ -560,8 +566,8 @@ class MultiHeadAttention(nn.Module):
                              f"{k.shape[1]} and {v.shape[1]}")  # fmt: skip
         if key_padding_mask is not None:
             check_padding_mask(key_padding_mask, batch, k.shape[1], k.device)
-        if isinstance(cache, KVCache) and k.shape[1] > cache.slots:
-            raise ValueError(f"cache holds at most {cache.slots} keys (max_tokens), got key "
+        if isinstance(cache, KVCache) and not 0 < k.shape[1] <= cache.slots:
+            raise ValueError(f"cache holds 1 to {cache.slots} keys (max_tokens), got key "
                              f"with {k.shape[1]}")  # fmt: skip
 
     def _check_cross_cache(self, cache: object, batch: int, key: object) -> None:

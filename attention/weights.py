@@ -352,6 +352,17 @@ def _check_hf_config(config: Mapping[str, Any]) -> None:
                              f"compute with {' or '.join(map(repr, allowed))}")  # fmt: skip
 
 
+def _check_config_against(config: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
+    """Refuse a `config.json` that the tensors contradict (a block missing, say)."""
+    pairs = {"n_layer": "n_layers", "n_embd": "emb_dim", "n_positions": "context_length",
+             "vocab_size": "vocab_size"}  # fmt: skip
+    for key, ours in pairs.items():
+        if key in config and config[key] != cfg[ours]:
+            raise ValueError(f"config.json says {key}={config[key]!r}, but the weights hold "
+                             f"{cfg[ours]}: a missing or extra tensor, or another model's "
+                             "config")  # fmt: skip
+
+
 def _load_file(path: Path) -> Mapping[str, Tensor]:
     """One checkpoint file: `.safetensors`, or a pickled state dict (`.bin`, `.pt`, `.pth`)."""
     if path.suffix == ".safetensors":
@@ -373,6 +384,8 @@ def _load_dir(path: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None]:
     """A `save_pretrained` directory: `config.json` and the weights, sharded or not."""
     config_path = path / "config.json"
     config = json.loads(config_path.read_text()) if config_path.is_file() else None
+    if config is not None and not isinstance(config, dict):
+        raise ValueError(f"{config_path} must hold a JSON object, got a {type(config).__name__}")
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
         if (path / index_name).is_file():
             shards = sorted(set(json.loads((path / index_name).read_text())["weight_map"].values()))
@@ -452,6 +465,8 @@ def gpt2_from_hf(
     weights, names = _hf_names(state)
     wte = _embedding(weights, "wte.weight")
     cfg = _gpt2_cfg(weights, _n_heads(n_heads, config, int(wte.shape[1])))
+    if config is not None:
+        _check_config_against(config, cfg)
     where = wte.device if device is None else torch.device(device)
     model = _uninitialised(lambda: GPTModel(cfg), dtype or wte.dtype, where)
     _load_gpt2(model, weights, names)
@@ -673,7 +688,30 @@ def _config_dict(config: object) -> Mapping[str, Any]:
     return config
 
 
-def _llama(config: object, context_length: int | None) -> _Llama:
+def _window(config: Mapping[str, Any], layer: int | None) -> int | None:
+    """The layer's sliding window: Mistral's, for every layer; or per layer (`layer_types`,
+    Qwen2's and Gemma's), which needs the layer's index."""
+    types = config.get("layer_types")
+    if not types:
+        window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
+        return None if window is None else check_size("sliding_window", window)
+    if layer is None:
+        if len(set(types)) > 1:
+            raise ValueError(f"config's layers attend differently (layer_types: "
+                             f"{sorted(set(types))}): pass layer=, the layer's index")  # fmt: skip
+        layer = 0
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(types):
+        raise ValueError(f"layer must be an index into the config's {len(types)} layers, got "
+                         f"{layer!r}")  # fmt: skip
+    if types[layer] not in ("full_attention", "sliding_attention"):
+        raise ValueError(f"layer {layer} is {types[layer]!r}: only full_attention and "
+                         "sliding_attention are supported")  # fmt: skip
+    if types[layer] == "full_attention":
+        return None
+    return check_size("sliding_window", config.get("sliding_window"))
+
+
+def _llama(config: object, context_length: int | None, layer: int | None = None) -> _Llama:
     """The layer's sizes from a Llama or Mistral configuration."""
     config = _config_dict(config)
     hidden = check_size("hidden_size", config["hidden_size"])
@@ -684,12 +722,15 @@ def _llama(config: object, context_length: int | None) -> _Llama:
             f"num_attention_heads * head_dim = {heads} * {head_dim} must equal hidden_size="
             f"{hidden}: MultiHeadAttention's out_proj is square (d_out x d_out)"
         )
-    window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
     context = config.get("max_position_embeddings") if context_length is None else context_length
+    if context is None:
+        raise ValueError("config has no max_position_embeddings: pass context_length")
+    kv_heads = config.get("num_key_value_heads")
+    kv_heads = heads if kv_heads is None else check_size("num_key_value_heads", kv_heads)
     return _Llama(
-        hidden, heads, config.get("num_key_value_heads") or heads, head_dim,
-        _rope_theta(config), window, bool(config.get("attention_bias", False)),
-        check_size("context_length", context), float(config.get("attention_dropout", 0.0)),
+        hidden, heads, kv_heads, head_dim, _rope_theta(config), _window(config, layer),
+        bool(config.get("attention_bias", False)), check_size("context_length", context),
+        float(config.get("attention_dropout", 0.0)),
     )  # fmt: skip
 
 
@@ -714,6 +755,7 @@ def attention_from_llama(
     *,
     prefix: str = "",
     context_length: int | None = None,
+    layer: int | None = None,
 ) -> MultiHeadAttention:
     """A causal `MultiHeadAttention` holding one Llama or Mistral attention layer, in eval mode.
 
@@ -733,6 +775,8 @@ def attention_from_llama(
         prefix: take the keys that start with it, e.g. `model.layers.0.self_attn.`.
         context_length: the longest sequence one call takes; default
             `max_position_embeddings`.
+        layer: the layer's index, where the config's `layer_types` give layers different
+            attention (Qwen2's first `max_window_layers` without a window, say).
 
     Raises:
         TypeError: `config` is neither a config nor a mapping.
@@ -751,7 +795,7 @@ def attention_from_llama(
         >>> torch.equal(attention_to_llama(att)["k_proj.weight"], state["k_proj.weight"])
         True
     """
-    spec = _llama(config, context_length)
+    spec = _llama(config, context_length, layer)
     state = {k.removeprefix(prefix): v for k, v in state_dict.items()
              if k.startswith(prefix) and not k.endswith("rotary_emb.inv_freq")}  # fmt: skip
     if not state:

@@ -100,11 +100,19 @@ def test_nan_in_padded_keys_changes_nothing(device: torch.device) -> None:
         assert_close(out[0] if need_weights else out, expected, atol=1e-12, rtol=0)
 
 
+def test_cross_attention_widths_need_a_module_that_can_cross_attend() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"kdim=6, vdim=16 \(other than d_in=16\) are for cross-attention, which needs causal=False, rope=False and no sink_logit; got causal=True",
+    ):
+        MultiHeadAttention(D, D, 32, 0.0, num_heads=H, kdim=6)
+
+
 @pytest.mark.parametrize(
     ("extra", "call", "error", "match"),
     [
-        ({"causal": True}, {"key": "k"}, ValueError, r"cross-attention .* needs causal=False, rope=False and no sink logit; this module has causal=True"),
-        ({"rope": True}, {"key": "k"}, ValueError, r"this module has causal=False, rope=True"),
+        ({"causal": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"cross-attention .* needs causal=False, rope=False and no sink logit; this module has causal=True"),
+        ({"rope": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"this module has causal=False, rope=True"),
         ({}, {"key": torch.randn(3, S, 11, dtype=torch.float64)}, ValueError, r"key must have shape \(batch, num_keys, kdim\) = \(3, num_keys, 12\), got \(3, 9, 11\)"),
         ({}, {"key": "k", "value": torch.randn(2, S, 7, dtype=torch.float64)}, ValueError, r"value must have shape \(batch, num_keys, vdim\) = \(3, num_keys, 7\), got \(2, 9, 7\)"),
         ({}, {"key": "k", "value": torch.randn(3, S - 1, 7, dtype=torch.float64)}, ValueError, r"key and value must have one length \(num_keys\), got 9 and 8"),
@@ -116,16 +124,17 @@ def test_nan_in_padded_keys_changes_nothing(device: torch.device) -> None:
         ({}, {"cache": "empty"}, ValueError, r"cache is empty: the first cross-attention call passes key="),
         ({}, {"key": "k", "value": "v", "cache": "full"}, ValueError, r"cache already holds 9 keys of the other sequence"),
         ({}, {"cache": "full", "value": "v"}, ValueError, r"value and key_padding_mask come with key"),
-        ({}, {"key": "k", "value": "v", "cache": "small"}, ValueError, r"cache holds at most 4 keys \(max_tokens\), got key with 9"),
+        ({}, {"key": "k", "value": "v", "cache": "small"}, ValueError, r"cache holds 1 to 4 keys \(max_tokens\), got key with 9"),
+        ({}, {"key": torch.zeros(3, 0, 12, dtype=torch.float64), "value": torch.zeros(3, 0, 7, dtype=torch.float64), "cache": "empty"}, ValueError, r"cache holds 1 to 9 keys \(max_tokens\), got key with 0"),
     ],
 )  # fmt: skip
 def test_bad_cross_attention_arguments_are_named(
     extra: dict[str, Any], call: dict[str, Any], error: type[Exception], match: str
 ) -> None:
     cpu = torch.device("cpu")
-    mha = layer(12, 7, cpu, **extra)
+    mha = layer(**{"kdim": 12, "vdim": 7, **extra}, device=cpu)
     x, key, value = inputs(12, 7, cpu)
-    call = {name: {"k": key, "v": value}.get(arg, arg) if isinstance(arg, str) else arg
+    call = {name: {"k": key, "v": value, "x": x}.get(arg, arg) if isinstance(arg, str) else arg
             for name, arg in call.items()}  # fmt: skip
     if "cache" in call:
         full = mha.init_cache(3, max_tokens=S)

@@ -114,19 +114,22 @@ def test_stream_yields_the_tokens_generate_writes() -> None:
         stream(model, idx, 7, top_p=1.5)  # checked at the call, before any token
 
 
-def test_eval_mode_inside_and_the_mode_given_back() -> None:
+def test_eval_mode_inside_each_step_and_every_modules_mode_given_back() -> None:
     model = gpt()
     model.trf_blocks[0].drop_shortcut.p = 0.9  # type: ignore[union-attr]  # dropout would show
     prompt = torch.randint(0, VOCAB, (2, 5))
     expected = generate(model.eval(), prompt, 8)
     model.train()
+    model.trf_blocks[1].eval()  # a submodule in its own mode
+    modes = [m.training for m in model.modules()]
     assert torch.equal(generate(model, prompt, 8), expected)
-    assert model.training
-    tokens = stream(model, prompt, 8)
-    next(tokens)
-    assert not model.training  # eval while the stream runs ...
-    tokens.close()
-    assert model.training  # ... and given back when it ends
+    assert [m.training for m in model.modules()] == modes
+    first, second = stream(model, prompt, 8), stream(model, prompt, 8)
+    tokens = [next(first), next(second)]
+    assert [m.training for m in model.modules()] == modes  # between steps: the caller's
+    tokens += [*first, *second]  # two streams of one model, interleaved: each as if alone
+    assert torch.equal(torch.cat([prompt, *tokens[:1], *tokens[2:9]], dim=1), expected)
+    assert [m.training for m in model.modules()] == modes
 
 
 def test_generators_make_sampling_reproducible_and_leave_the_global_rng_alone() -> None:
@@ -175,9 +178,9 @@ def test_top_p_keeps_the_nucleus_as_hugging_face_does() -> None:
         ({"temperature": float("inf"), "top_k": 3}, ValueError, r"temperature must be a finite number >= 0, got inf"),
         ({"temperature": True}, TypeError, r"temperature must be a number >= 0, got True"),
         ({"temperature": "1"}, TypeError, r"temperature must be a number >= 0, got '1'"),
-        ({"eos_id": "a"}, TypeError, r"eos_id must be a token id \(an int\), got 'a'"),
+        ({"eos_id": "a"}, TypeError, r"eos_id must be a token id \(an int, or a list of ints\), got 'a'"),
         ({"eos_id": -1}, ValueError, r"eos_id must be in 0 .. 96 \(vocab_size=97\), got -1"),
-        ({"eos_id": 1.5}, TypeError, r"eos_id must be a token id \(an int\), got 1.5"),
+        ({"eos_id": 1.5}, TypeError, r"eos_id must be a token id \(an int, or a list of ints\), got 1.5"),
         ({"eos_id": [3, 97]}, ValueError, r"eos_id must be in 0 .. 96 \(vocab_size=97\), got 97"),
         ({"pad_id": 97}, ValueError, r"pad_id must be in 0 .. 96 \(vocab_size=97\), got 97"),
         ({"top_k": 0}, ValueError, r"top_k must be >= 1, got 0"),
@@ -242,3 +245,48 @@ def test_pad_prompts_refuses_what_is_not_a_prompt(
 ) -> None:
     with pytest.raises(error, match=match):
         pad_prompts(prompts)
+
+
+def test_a_smaller_context_size_holds_for_a_model_that_could_run_unbounded() -> None:
+    """RoPE and a window could go on forever; asked for 3 tokens of context, the cached loop
+    refills as the uncached one crops, and both write what the book's loop writes."""
+    from attention.generation import generate_text_simple
+
+    model = gpt(context_length=12, rope_base=500.0, window=5)
+    prompt = torch.randint(0, VOCAB, (1, 8))
+    book = generate_text_simple(model, prompt, 10, context_size=3)
+    assert torch.equal(generate(model, prompt, 10, context_size=3), book)
+    assert torch.equal(generate(model, prompt, 10, context_size=3, use_cache=False), book)
+
+
+def test_numpy_numbers_tiny_temperatures_and_end_ids_as_a_tensor() -> None:
+    model = gpt(context_length=16)
+    prompt = torch.tensor([[1, 2, 3]])
+    greedy = generate(model, prompt, 4)
+    for temperature in (1e-46, 1e-300, np.float32(1e-46)):  # 0 in float32: greedy, not NaN
+        assert torch.equal(generate(model, prompt, 4, temperature=temperature), greedy)
+    same = generate(model, prompt, np.int64(4), top_k=np.int64(5), eos_id=np.int64(96))
+    assert torch.equal(same, generate(model, prompt, 4, top_k=5, eos_id=96))
+    end = int(greedy[0, 4])
+    assert torch.equal(generate(model, prompt, 4, eos_id=torch.tensor([end, 96])), greedy[:, :5])
+
+
+def test_padding_that_would_move_a_windows_distances_is_refused() -> None:
+    """A window counts slots: padding between a row's tokens, or after cached ones, would move
+    them apart. Left padding in the first chunk is what it takes."""
+    model = gpt(context_length=16, window=3).double()
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with pytest.raises(
+        ValueError,
+        match=r"padding may only come first in each row \(left padding\), in the first chunk",
+    ):
+        model(ids, attention_mask=torch.tensor([[1, 0, 0, 1, 1]]))
+    caches = model.init_caches(1)
+    model(ids[:, :3], caches)
+    with pytest.raises(ValueError, match=r"padding may only come first in each row"):
+        model(ids[:, 3:], caches, attention_mask=torch.tensor([[0, 1]]))
+    with torch.no_grad():  # left padding in the first chunk: the row's own logits
+        padded = model(ids, attention_mask=torch.tensor([[0, 0, 1, 1, 1]]))[0, -1]
+        assert_close(padded, model(ids[:, 2:])[0, -1], atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match=r"prompts\[1\] must hold ids >= 0, got -5"):
+        pad_prompts([[1], [1, -5]])

@@ -533,3 +533,46 @@ def test_attention_to_llama_refuses(kwargs: dict[str, Any], message: str) -> Non
         attention_to_llama(att)
     with pytest.raises(TypeError, match="att must be a MultiHeadAttention, got Linear"):
         attention_to_llama(nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+def test_config_json_must_agree_with_the_weights(transformers: ModuleType, tmp_path: Path) -> None:
+    """A block's tensors gone from the file, or another model's config: refused, not a smaller
+    model loaded silently."""
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=40, n_positions=16, n_embd=24, n_layer=2, n_head=4))  # fmt: skip
+    hf.save_pretrained(tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "model.safetensors")
+    save_file(
+        {k: v for k, v in weights.items() if ".h.1." not in k}, tmp_path / "model.safetensors"
+    )
+    with pytest.raises(ValueError, match=r"config.json says n_layer=2, but the weights hold 1"):
+        gpt2_from_hf(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"config.json must hold a JSON object, got a list"):
+        gpt2_from_hf(tmp_path)
+
+
+def test_a_layer_of_a_model_whose_layers_differ(transformers: ModuleType) -> None:
+    """Qwen2: the first max_window_layers layers attend to everything, the rest in a window."""
+    config = transformers.Qwen2Config(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      num_hidden_layers=3, sliding_window=4, use_sliding_window=True,
+                                      max_window_layers=1, max_position_embeddings=64)  # fmt: skip
+    state = {f"{n}_proj.weight": torch.randn(16 if n in "kv" else 32, 32) for n in "qkvo"}
+    with pytest.raises(ValueError, match=r"config's layers attend differently .*: pass layer="):
+        attention_from_llama(state, config)
+    assert attention_from_llama(state, config, layer=0).window is None
+    assert attention_from_llama(state, config, layer=2).window == 4
+    with pytest.raises(
+        ValueError, match=r"layer must be an index into the config's 3 layers, got 3"
+    ):
+        attention_from_llama(state, config, layer=3)
+    bad = {**config.to_dict(), "num_key_value_heads": 0, "layer_types": None}
+    with pytest.raises(ValueError, match=r"num_key_value_heads must be >= 1, got 0"):
+        attention_from_llama(state, bad)
+    del bad["max_position_embeddings"]
+    with pytest.raises(
+        ValueError, match=r"config has no max_position_embeddings: pass context_length"
+    ):
+        attention_from_llama(state, {**bad, "num_key_value_heads": 2})
