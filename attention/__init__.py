@@ -27,6 +27,8 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
 - [`attention.plot`][attention.plot]: every figure of the site.
 - [`attention.diagrams`][attention.diagrams]: its box-and-arrow diagrams, drawn from the real
   shapes.
+- [`attention.training`][attention.training]: chapter 8's model trained in the open: two heads
+  that learn to read the previous and the first token.
 - [`attention.heads`][attention.heads]: chapter 14, what trained heads do: every head's
   scores and weights, previous-token and induction scores, a small GPT trained to form them.
 - [`attention.testing`][attention.testing]: what the tests and the pages share.

@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +26,27 @@ from torch import Tensor, nn
 
 from attention.checks import check_size, check_tensor
 from attention.core import attention_scores, explicit_attention
+from attention.gpt import TransformerBlock
 from attention.multihead import MultiHeadAttention
 from attention.plot import _INK, _literal
+from attention.positions import apply_rope, rope_angles, rope_frequencies
 
 if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functions
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-__all__ = ["attention_flow", "causal_mask", "encoder_decoder", "kv_cache", "qkv", "split_heads"]
+__all__ = [
+    "attention_flow",
+    "causal_mask",
+    "encoder_decoder",
+    "gqa_groups",
+    "kv_cache",
+    "qkv",
+    "ring_buffer",
+    "rope_rotation",
+    "split_heads",
+    "transformer_block",
+]
 
 _FILL = (0.36, 0.55, 0.94, 0.16)  # the plot module's blue, faint: reads on light and dark
 _SEEN = (0.36, 0.55, 0.94, 0.45)  # the same blue, stronger: a key a query sees
@@ -131,6 +145,41 @@ class _Board:
         for n, (face, label) in enumerate(items):
             self.cells(x + n * dx, y + n * dy + 0.1, 1, 1, face, 0.2)
             self.text(x + n * dx + 0.28, y + n * dy, label, ha="left", size=8.5)
+
+    def plus(self, x: float, y: float) -> Patch:
+        """A circled "+" centred on `(x, y)`: where a branch adds into the residual stream."""
+        from matplotlib.patches import Circle
+
+        patch = Circle((x, y), 0.15, facecolor=_FILL, edgecolor=_INK, lw=1.0)
+        self.ax.add_patch(patch)
+        self.text(x, y + 0.01, "+", size=11)
+        return patch
+
+    def ray(
+        self, origin: _Point, angle: float, r: float, colour: Any, width: float = 1.4
+    ) -> _Point:
+        """An arrow from `origin`, `r` inches long at `angle` radians; returns its tip."""
+        from matplotlib.patches import FancyArrowPatch
+
+        tip = (origin[0] + r * math.cos(angle), origin[1] + r * math.sin(angle))
+        arrow = FancyArrowPatch(origin, tip, arrowstyle="-|>", mutation_scale=9, color=colour,
+                                lw=width, shrinkA=0, shrinkB=0)  # fmt: skip
+        self.ax.add_patch(arrow)
+        return tip
+
+    def dial(self, origin: _Point, r: float) -> None:
+        """A faint circle of radius `r` with its two axes: the plane of one pair."""
+        from matplotlib.patches import Circle
+
+        self.ax.add_patch(
+            Circle(origin, r, facecolor="none", edgecolor=(*_FAINT_INK[:3], 0.45), lw=0.6)
+        )
+        for dx, dy in ((1, 0), (0, 1)):
+            xs, ys = (
+                (origin[0] - dx * r, origin[0] + dx * r),
+                (origin[1] - dy * r, origin[1] + dy * r),
+            )
+            self.ax.plot(xs, ys, color=_INK, lw=0.3, alpha=0.45)
 
     def done(self, note: str) -> Figure:
         """The figure, with `note` (what the sizes are) along its bottom edge."""
@@ -482,3 +531,320 @@ def kv_cache(mha: MultiHeadAttention, prompt_tokens: int, decode_steps: int,
     board.legend(left, 0.5, [(_NEW, "appended by this call"), (_FILL, "cached, read")], 2.0, 0)
     heads = f"h = {mha.num_heads} heads · h_kv = {mha.num_kv_heads} · d_h = {mha.head_dim}"
     return board.done(f"{heads} · each query reads every cached row")
+
+
+def _block_shapes(block: TransformerBlock, x: Tensor) -> dict[str, Tensor]:
+    """Each tensor `block` computes from `x`, by name, as its forward computes it."""
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # dropout leaves no trace
+        normed = block.norm1(x)
+        att = block.att(normed)  # checks x: its length, its width
+        mid = x + block.drop_shortcut(att)
+        normed2 = block.norm2(mid)
+        hidden = block.ff.layers[1](block.ff.layers[0](normed2))  # (b, T, 4 emb_dim), GELU'd
+        ff = block.ff.layers[2](hidden)
+        out = block(x)
+    return {"norm1": normed, "att": att, "mid": mid, "norm2": normed2, "hidden": hidden,
+            "ff": ff, "out": out}  # fmt: skip
+
+
+def transformer_block(block: TransformerBlock, x: Tensor) -> Figure:
+    r"""One GPT block: two branches, each normed, each added back into the residual stream.
+
+    $x \to x + \text{att}(\text{norm1}(x)) \to h + \text{ff}(\text{norm2}(h))$: the stream (left)
+    keeps its width `emb_dim` from input to output; the attention and the feed-forward branch
+    (right) each read a normalised copy and add their result back. Runs `block` on `x` (its RNG
+    state restored); every shape drawn is a shape it returned.
+
+    Args:
+        block: a [`TransformerBlock`][attention.gpt.TransformerBlock].
+        x: its input, `(batch, num_tokens, emb_dim)`.
+
+    Raises:
+        TypeError: `block` is not a `TransformerBlock`, or `x` not a floating-point tensor.
+        ValueError: `x` is not 3-D, not `emb_dim` wide, or longer than the context.
+
+    Examples:
+        >>> from attention.gpt import TransformerBlock
+        >>> cfg = {"emb_dim": 64, "context_length": 8, "n_heads": 4, "drop_rate": 0.0,
+        ...        "qkv_bias": False}
+        >>> texts = [t.get_text() for t in transformer_block(TransformerBlock(cfg),
+        ...                                                  torch.zeros(2, 8, 64)).axes[0].texts]
+        >>> "att: MultiHeadAttention\n4 heads × d_h = 16" in texts, texts.count("(2, 8, 64)")
+        (True, 7)
+    """
+    if not isinstance(block, TransformerBlock):
+        raise TypeError(f"block must be a TransformerBlock, got {type(block).__name__}")
+    check_tensor("x", x, ndim=3, floating=True)
+    emb_dim = block.norm1.scale.shape[0]
+    if x.shape[-1] != emb_dim:
+        raise ValueError(f"x must be (batch, num_tokens, emb_dim={emb_dim}), got {_shape(x)}")
+    t = _block_shapes(block, x)
+    board = _Board(4.9, 4.75, "a transformer block: two branches add into the stream")
+    stream, branch = 1.25, 3.55
+    source = board.box(stream, 0.62, f"input x\n{_shape(x)}", h=0.5)
+    plus1, plus2 = board.plus(stream, 2.05), board.plus(stream, 3.55)
+    output = board.box(stream, 4.2, f"output\n{_shape(t['out'])}", h=0.5)
+    for a, b, shape, y in ((source, plus1, x, 1.6), (plus1, plus2, t["mid"], 3.1),
+                           (plus2, output, t["out"], 3.82)):  # fmt: skip
+        board.arrow(a, b, width=1.8)
+        board.text(stream - 0.1, y, _shape(shape), ha="right", size=8.5)
+    att, ff = block.att, block.ff.layers
+    heads = f"{att.num_heads} heads × d_h = {att.head_dim}"
+    if att.num_kv_heads != att.num_heads:
+        heads += f", h_kv = {att.num_kv_heads}"
+    rows = ((1.15, 2.05, "norm1", f"att: MultiHeadAttention\n{heads}", "att", plus1),
+            (2.55, 3.55, "norm2", f"ff: Linear, GELU, Linear\n{ff[0].in_features} → "
+             f"{ff[0].out_features} → {ff[2].out_features}\nhidden {_shape(t['hidden'])}", "ff",
+             plus2))  # fmt: skip
+    for y_norm, y_out, norm_name, label, name, plus in rows:
+        norm = board.box(branch, y_norm, f"{norm_name}: LayerNorm", w=1.45, h=0.36, size=9)
+        body = board.box(branch, y_out, label, w=2.2, h=0.5 if name == "att" else 0.68, size=9)
+        board.arrow((stream, y_norm), norm)
+        board.arrow(norm, body, _shape(t[norm_name]), at=(0.08, -0.04), ha="left", size=8.5)
+        board.arrow(body, plus, _shape(t[name]), at=(-0.55, 0.13), size=8.5)
+    board.text(0.2, 2.3, "the residual stream", rotation=90, style="italic")
+    drop = block.drop_shortcut.p
+    note = f"emb_dim = {emb_dim}" + (f" · dropout {drop:g} on each branch" if drop else "")
+    return board.done(f"b = {x.shape[0]} · T = {x.shape[1]} tokens · {note}")
+
+
+def _pair_angles(x: Tensor, pair: int, num_positions: int, base: float) -> list[float]:
+    """The angle of pair `pair` of vector `x` after `apply_rope` at positions 0, 1, ..."""
+    head_dim = x.shape[-1]
+    cos, sin = rope_angles(num_positions, head_dim, base, dtype=torch.float64)
+    turned = apply_rope(x.expand(num_positions, head_dim), cos, sin)  # (positions, head_dim)
+    return torch.atan2(turned[:, pair + head_dim // 2], turned[:, pair]).tolist()
+
+
+def _rope_panel(board: _Board, centre: _Point, angles: list[float], heading: str) -> None:
+    """One pair's plane: the vector at each position, its tip labelled with the position."""
+    board.dial(centre, 0.55)
+    board.text(centre[0], centre[1] + 1.05, heading)
+    last: _Point | None = None
+    for m, angle in enumerate(angles):
+        alpha = 0.35 + 0.65 * m / max(1, len(angles) - 1)
+        board.ray(centre, angle, 0.55, (*_SEEN[:3], alpha))
+        spot = (centre[0] + 0.7 * math.cos(angle), centre[1] + 0.7 * math.sin(angle))
+        if last is None or math.dist(spot, last) > 0.17 or m == len(angles) - 1:
+            board.text(*spot, str(m), size=9)
+            last = spot
+
+
+def rope_rotation(head_dim: int = 8, num_positions: int = 6, base: float = 10000.0,
+                  slow_pair: int = 1) -> Figure:  # fmt: skip
+    r"""RoPE as turning pairs: one vector at positions $0, 1, \dots$, and why only $m - n$ counts.
+
+    Left: pair 0 of a vector, placed at positions $0 \dots$ `num_positions - 1` by
+    [`apply_rope`][attention.positions.apply_rope], turns by $\theta_0 = 1$ radian per token;
+    middle: pair `slow_pair`, by $\theta_i = \text{base}^{-2i/d_h}$ (from
+    [`rope_frequencies`][attention.positions.rope_frequencies]). Right: a query at $m$ and a key
+    at $n$ in pair 0, for $(m, n) = (1, 0)$ and $(4, 3)$: both turned, the angle between them
+    (and so their score) the same, since it depends on $m - n$ only.
+
+    Args:
+        head_dim: $d_h$, even, at least 4.
+        num_positions: how many positions to draw, 2 to 8.
+        base: RoPE's base.
+        slow_pair: which pair to show turning slowly, 1 to `head_dim / 2 - 1`.
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: a size out of range, `head_dim` odd, or `base` not a finite number > 1.
+
+    Examples:
+        >>> texts = [t.get_text() for t in rope_rotation(8, 6, base=10000.0).axes[0].texts]
+        >>> "pair 1, slow:\nθ₁ = 0.1 rad per token" in texts
+        True
+        >>> [t for t in texts if t.startswith("m = ")]  # the angle of q at m from k at n
+        ['m = 1, n = 0: 1.50 rad', 'm = 4, n = 3: 1.50 rad']
+    """
+    if check_size("head_dim", head_dim, minimum=4) % 2:
+        raise ValueError(f"RoPE rotates pairs of dimensions: head_dim must be even, got {head_dim}")
+    if check_size("num_positions", num_positions, minimum=2) > 8:
+        raise ValueError(f"num_positions must be at most 8 to draw, got {num_positions}")
+    theta = rope_frequencies(head_dim, base).tolist()  # checks base
+    if not 1 <= check_size("slow_pair", slow_pair) < head_dim // 2:
+        raise ValueError(f"slow_pair must be 1 to {head_dim // 2 - 1} (head_dim={head_dim} has "
+                         f"{head_dim // 2} pairs), got {slow_pair}")  # fmt: skip
+    board = _Board(4.9, 3.05, "RoPE: each pair of dimensions turns with the position")
+    unit = torch.zeros(head_dim, dtype=torch.float64)
+    unit[0] = unit[slow_pair] = 1.0  # pair i: dimensions (i, i + d_h / 2)
+    for pair, x, speed in ((0, 0.8, "fast"), (slow_pair, 2.45, "slow")):
+        heading = f"pair {pair}, {speed}:\nθ{_sub(pair)} = {theta[pair]:.3g} rad per token"
+        _rope_panel(board, (x, 1.5), _pair_angles(unit, pair, num_positions, base), heading)
+    _offset_panel(board, (4.1, 1.5), head_dim, base)
+    return board.done(f"d_h = {head_dim}: {head_dim // 2} pairs, θᵢ = {base:g}^(−2i/{head_dim}) · "
+                      "numbers: the positions")  # fmt: skip
+
+
+def _offset_panel(board: _Board, centre: _Point, head_dim: int, base: float) -> None:
+    """Pair 0 of a query at m and a key at n, for two (m, n) one token apart: the same angle."""
+    from matplotlib.patches import Arc
+
+    q, k = torch.zeros(head_dim, dtype=torch.float64), torch.zeros(head_dim, dtype=torch.float64)
+    q[0], q[head_dim // 2], k[0] = math.cos(0.5), math.sin(0.5), 1.0  # q 0.5 rad ahead of k
+    q_at, k_at = _pair_angles(q, 0, 5, base), _pair_angles(k, 0, 5, base)
+    board.dial(centre, 0.55)
+    board.text(centre[0], centre[1] + 1.05, "pair 0, q at m, k at n:\nsame m − n, same angle")
+    legend = []
+    for (m, n), colour in (((1, 0), _HEADS[1]), ((4, 3), _HEADS[2])):
+        for name, angle in ((f"q{_sub(m)}", q_at[m]), (f"k{_sub(n)}", k_at[n])):
+            board.ray(centre, angle, 0.55, colour)
+            board.text(centre[0] + 0.7 * math.cos(angle), centre[1] + 0.7 * math.sin(angle), name)
+        between = (q_at[m] - k_at[n]) % math.tau
+        start = math.degrees(k_at[n])
+        board.ax.add_patch(Arc(centre, 0.5, 0.5, theta1=start, theta2=start + math.degrees(between),
+                               color=colour, lw=1.4))  # fmt: skip
+        legend.append((colour, f"m = {m}, n = {n}: {between:.2f} rad"))
+    board.legend(centre[0] - 0.8, centre[1] - 0.95, legend, dy=-0.24)
+
+
+def _gqa_row(board: _Board, top: float, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
+    """One layout: the query heads, their key/value heads, a line from each to the one it reads."""
+    width = num_heads * head_dim
+    with torch.device("meta"):  # shapes only: no numbers, no random draws
+        layer = MultiHeadAttention(width, width, context_length=1, dropout=0.0,
+                                   num_heads=num_heads, num_kv_heads=num_kv_heads)  # fmt: skip
+        cache = layer.init_cache(1, 1)  # one token: keys, values (1, h_kv, 1, d_h)
+    per_token = cache.keys[0, :, 0].numel() + cache.values[0, :, 0].numel()
+    group = num_heads // num_kv_heads  # query head i reads key/value head i // group
+    reads = torch.arange(num_kv_heads).repeat_interleave(group).tolist()  # as the module does
+    kind = "MHA" if group == 1 else "MQA" if num_kv_heads == 1 else f"GQA, groups of {group}"
+    board.text(0.05, top, f"{kind}: h_kv = {num_kv_heads}", ha="left", weight="bold")
+    board.text(4.85, top, f"cache per token: 2 × {num_kv_heads} × {head_dim} = {per_token:,}",
+               ha="right")  # fmt: skip
+    step = 4.7 / num_heads
+    colour = [(*_rgb(_HEADS[j % len(_HEADS)]), 0.5) for j in range(num_kv_heads)]
+    queries = [board.box(0.15 + (i + 0.5) * step, top - 0.38, str(i), w=step - 0.06, h=0.28,
+                         fill=colour[reads[i]], size=8.5) for i in range(num_heads)]  # fmt: skip
+    kv_step = 4.7 / num_kv_heads
+    values = [board.box(0.15 + (j + 0.5) * kv_step, top - 1.0, f"K, V {j}" if kv_step > 0.5
+                        else str(j), w=min(kv_step - 0.06, 1.2), h=0.28, fill=colour[j],
+                        size=8.5) for j in range(num_kv_heads)]  # fmt: skip
+    for i, j in enumerate(reads):
+        board.arrow(queries[i], values[j], style="-", width=0.7)
+
+
+def _rgb(colour: str) -> tuple[float, float, float]:
+    return (int(colour[1:3], 16) / 255, int(colour[3:5], 16) / 255, int(colour[5:7], 16) / 255)
+
+
+def gqa_groups(num_heads: int = 8, num_kv_heads: int | Sequence[int] = (8, 2, 1),
+               head_dim: int = 64) -> Figure:  # fmt: skip
+    r"""Which key/value head each query head reads: MHA, GQA, MQA, and their caches per token.
+
+    One row per `num_kv_heads`: the `num_heads` query heads (top, numbered), each joined to the
+    key/value head it reads, $g(i) = \lfloor i \, h_{kv} / h \rfloor$, as the module's
+    `repeat_interleave` assigns them. The cache per token (one layer, numbers) is read from a
+    real cache's shapes: keys and values, $2 \times h_{kv} \times d_h$.
+
+    Args:
+        num_heads: $h$, 1 to 16.
+        num_kv_heads: $h_{kv}$, a divisor of `num_heads`, or up to 3 of them (one row each).
+        head_dim: $d_h$.
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: a size out of range, or a `num_kv_heads` that does not divide `num_heads`.
+
+    Examples:
+        >>> texts = [t.get_text() for t in gqa_groups(8, (8, 2, 1), 64).axes[0].texts]
+        >>> [t for t in texts if t.startswith("cache")][1:]  # GQA, MQA
+        ['cache per token: 2 × 2 × 64 = 256', 'cache per token: 2 × 1 × 64 = 128']
+        >>> "GQA, groups of 4: h_kv = 2" in texts
+        True
+    """
+    if check_size("num_heads", num_heads) > 16:
+        raise ValueError(f"num_heads must be at most 16 to draw, got {num_heads}")
+    rows = [num_kv_heads] if isinstance(num_kv_heads, int) else list(num_kv_heads)
+    if not 1 <= len(rows) <= 3:
+        raise ValueError(f"num_kv_heads must be one to three sizes, got {num_kv_heads!r:.60}")
+    for h_kv in rows:
+        if num_heads % check_size("num_kv_heads", h_kv):
+            raise ValueError(f"num_kv_heads must divide num_heads={num_heads}, got {h_kv}")
+    check_size("head_dim", head_dim)
+    height = max(2.3, 0.6 + 1.45 * len(rows))
+    board = _Board(4.9, height, "query heads and the key/value heads they read")
+    for n, h_kv in enumerate(rows):
+        _gqa_row(board, height - 0.55 - 1.45 * n, num_heads, h_kv, head_dim)
+    return board.done(f"h = {num_heads} query heads · d_h = {head_dim} · cache: numbers per "
+                      "token, one layer")  # fmt: skip
+
+
+def _ring(board: _Board, centre: _Point, held: list[int], sinks: int, tokens: int) -> None:
+    """One cache after `tokens` tokens: its window slots around a ring, its sinks below."""
+    from matplotlib.patches import Wedge
+
+    ring = held[sinks:]
+    span = 360 / len(ring)
+    for j, position in enumerate(ring):  # slot sinks + j, clockwise from the top
+        face = "none" if position < 0 else _NEW if position == tokens - 1 else _FILL
+        start = 90 - (j + 1) * span
+        board.ax.add_patch(Wedge(centre, 0.5, start, start + span, width=0.22, facecolor=face,
+                                 edgecolor=_INK, lw=0.6))  # fmt: skip
+        middle = math.radians(start + span / 2)
+        board.text(centre[0] + 0.39 * math.cos(middle), centre[1] + 0.39 * math.sin(middle),
+                   "" if position < 0 else str(position))  # fmt: skip
+    board.text(centre[0], centre[1] + 0.72, f"after {tokens} tokens")
+    board.text(*centre, "window", size=8.5)
+    if sinks:
+        board.text(centre[0], centre[1] - 1.0, "sinks", size=8.5)
+    cell, left = 0.26, centre[0] - sinks * 0.13
+    for j, position in enumerate(held[:sinks]):
+        face = "none" if position < 0 else _NEW if position == tokens - 1 else _FILL
+        board.cells(left + j * cell, centre[1] - 0.62, 1, 1, face, cell)
+        board.text(left + (j + 0.5) * cell, centre[1] - 0.75, "" if position < 0 else
+                   str(position))  # fmt: skip
+
+
+def ring_buffer(window: int = 4, sinks: int = 2, tokens: Sequence[int] = (3, 6, 9, 13)) -> Figure:
+    r"""A windowed layer's cache: a ring of `window` slots (and `sinks` kept slots), wrapping.
+
+    Feeds zeros, one token at a time, to a
+    [`MultiHeadAttention`][attention.multihead.MultiHeadAttention] with this `window` and
+    `sinks`, through the ring buffer its `init_cache` makes, and draws after each count in
+    `tokens` the position each slot holds (`cache.positions`): the window's slots around the
+    ring, clockwise from the top, the sinks below it. Position $p \geq k$ goes to slot
+    $k + (p - k) \bmod w$, overwriting the oldest.
+
+    Args:
+        window: $w$, 2 to 12 slots in the ring.
+        sinks: $k$, 0 to 4 slots kept for good.
+        tokens: 1 to 4 token counts, increasing, each 1 to 99.
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: a size out of range, or `tokens` not increasing.
+
+    Examples:
+        >>> texts = [t.get_text() for t in ring_buffer(4, 2, (6, 9)).axes[0].texts]
+        >>> [t for t in texts if t.isdigit()]  # ring clockwise, then sinks; after 6, after 9
+        ['2', '3', '4', '5', '0', '1', '6', '7', '8', '5', '0', '1']
+    """
+    if not 2 <= check_size("window", window) <= 12:
+        raise ValueError(f"window must be 2 to 12 slots to draw, got {window}")
+    if check_size("sinks", sinks, minimum=0) > 4:
+        raise ValueError(f"sinks must be at most 4 to draw, got {sinks}")
+    counts = [tokens] if isinstance(tokens, int) else list(tokens)
+    if not 1 <= len(counts) <= 4 or any(not 1 <= check_size("tokens", t) <= 99 for t in counts):
+        raise ValueError(f"tokens must be 1 to 4 counts, each 1 to 99, got {tokens!r:.60}")
+    if counts != sorted(set(counts)):
+        raise ValueError(f"tokens must be increasing, got {counts}")
+    held = {}
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # its weights leave no trace
+        layer = MultiHeadAttention(4, 4, context_length=2, dropout=0.0, num_heads=1,
+                                   window=window, sinks=sinks).eval()  # fmt: skip
+        cache = layer.init_cache(1)  # a ring buffer: window + sinks slots, any length
+        for t in range(1, counts[-1] + 1):
+            layer(torch.zeros(1, 1, 4), cache=cache)
+            if t in counts:
+                assert cache.positions is not None  # a windowed layer's cache
+                held[t] = cache.positions.tolist()
+    board = _Board(4.9, 2.75, f"a window's cache: a ring of {window} slots, {sinks} sinks")
+    step = 4.9 / len(counts)
+    for n, t in enumerate(counts):
+        _ring(board, (step * (n + 0.5), 1.65), held[t], sinks, t)
+    legend = [(_NEW, "the newest token"), (_FILL, "kept; the next overwrites the oldest")]
+    board.legend(0.2, 0.38, legend, 1.6, 0)
+    return board.done(f"{cache.slots} slots (window {window} + sinks {sinks}) · numbers: "
+                      "the positions held")  # fmt: skip

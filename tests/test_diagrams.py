@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from attention import MultiHeadAttention, SelfAttentionV1, SelfAttentionV2, diagrams
 from attention.core import causal_mask
+from attention.gpt import TransformerBlock
 from attention.plot import svg
 from attention.rnn import Seq2Seq
 from attention.visibility import chunk_mask
@@ -32,6 +33,13 @@ def mha(
     d_in: int = 3, d_out: int = 12, num_heads: int = 3, length: int = 16, **kw: object
 ) -> MultiHeadAttention:
     return MultiHeadAttention(d_in, d_out, length, dropout=0.0, num_heads=num_heads, **kw)  # type: ignore[arg-type]
+
+
+def block(emb_dim: int = 768, n_heads: int = 12, **cfg: object) -> TransformerBlock:
+    return TransformerBlock(
+        {"emb_dim": emb_dim, "context_length": 1024, "n_heads": n_heads, "drop_rate": 0.1,
+         "qkv_bias": False, **cfg}
+    )  # fmt: skip
 
 
 def every_diagram() -> dict[str, Callable[[], Figure]]:
@@ -52,6 +60,12 @@ def every_diagram() -> dict[str, Callable[[], Figure]]:
         ),
         "kv_cache": lambda: diagrams.kv_cache(gpt_layer.eval(), 4, 5, 10),
         "kv_cache, 24 slots": lambda: diagrams.kv_cache(mha(8, 8, 2, 32, window=4), 16, 8),
+        "transformer_block": lambda: diagrams.transformer_block(block(), torch.zeros(2, 4, 768)),
+        "rope_rotation": lambda: diagrams.rope_rotation(),
+        "gqa_groups": lambda: diagrams.gqa_groups(),
+        "gqa_groups, 16 heads": lambda: diagrams.gqa_groups(16, 4, 128),
+        "ring_buffer": lambda: diagrams.ring_buffer(),
+        "ring_buffer, 12 slots": lambda: diagrams.ring_buffer(12, 0, (5, 30, 99)),
         "causal_mask, 16 keys": lambda: diagrams.causal_mask(causal_mask(16)),
         "encoder_decoder, 12 tokens": lambda: diagrams.encoder_decoder(
             nn.GRU(2, 32, batch_first=True), torch.randn(3, 12, 2)
@@ -178,11 +192,93 @@ def test_kv_cache_states_each_calls_shapes() -> None:
     assert labels[-1].startswith("h = 4 heads · h_kv = 2 · d_h = 4")
 
 
+@pytest.mark.parametrize(("emb_dim", "n_heads", "n_kv_heads"), [(768, 12, None), (64, 8, 2)])
+def test_transformer_block_states_every_shape(
+    emb_dim: int, n_heads: int, n_kv_heads: int | None
+) -> None:
+    fig = diagrams.transformer_block(block(emb_dim, n_heads, n_kv_heads=n_kv_heads),
+                                     torch.randn(3, 5, emb_dim))  # fmt: skip
+    labels = texts(fig)
+    stream = f"(3, 5, {emb_dim})"
+    assert labels.count(stream) == 7  # 3 along the stream, 4 on the branches' arrows
+    assert f"input x\n{stream}" in labels and f"output\n{stream}" in labels
+    assert {"norm1: LayerNorm", "norm2: LayerNorm", "+", "the residual stream"} <= set(labels)
+    assert labels.count("+") == 2  # each branch adds into the stream
+    heads = f"{n_heads} heads × d_h = {emb_dim // n_heads}"
+    heads += f", h_kv = {n_kv_heads}" if n_kv_heads else ""
+    assert f"att: MultiHeadAttention\n{heads}" in labels
+    wide = 4 * emb_dim
+    assert (f"ff: Linear, GELU, Linear\n{emb_dim} → {wide} → {emb_dim}\nhidden (3, 5, {wide})"
+            in labels)  # fmt: skip
+    assert labels[-1] == f"b = 3 · T = 5 tokens · emb_dim = {emb_dim} · dropout 0.1 on each branch"
+    arrows = [p for p in fig.axes[0].patches if type(p).__name__ == "FancyArrowPatch"]
+    assert len(arrows) == 9  # 3 along the stream, 3 per branch
+
+
+def patches(fig: Figure, kind: str) -> int:
+    return sum(type(p).__name__ == kind for p in fig.axes[0].patches)
+
+
+@pytest.mark.parametrize(("head_dim", "num_positions", "base", "slow_pair"),
+                         [(8, 6, 10000.0, 1), (16, 3, 100.0, 3)])  # fmt: skip
+def test_rope_rotation_turns_each_pair_by_its_frequency(
+    head_dim: int, num_positions: int, base: float, slow_pair: int
+) -> None:
+    fig = diagrams.rope_rotation(head_dim, num_positions, base, slow_pair)
+    labels = texts(fig)
+    slow = base ** (-2 * slow_pair / head_dim)
+    assert "pair 0, fast:\nθ₀ = 1 rad per token" in labels
+    assert (
+        f"pair {slow_pair}, slow:\nθ{'₀₁₂₃₄₅₆₇₈₉'[slow_pair]} = {slow:.3g} rad per token" in labels
+    )
+    assert str(num_positions - 1) in labels and str(num_positions) not in labels
+    assert labels.count("0") == 2  # position 0 in both pairs' planes
+    assert {"q₁", "k₀", "q₄", "k₃"} <= set(labels)
+    assert "m = 1, n = 0: 1.50 rad" in labels and "m = 4, n = 3: 1.50 rad" in labels
+    assert patches(fig, "FancyArrowPatch") == 2 * num_positions + 4  # 4: two (q, k) couples
+    assert patches(fig, "Arc") == 2 and patches(fig, "Circle") == 3
+
+
+@pytest.mark.parametrize(("num_heads", "kv_heads"), [(8, (8, 2, 1)), (12, (4,)), (16, (16, 1))])
+def test_gqa_groups_joins_each_query_head_to_its_key_value_head(
+    num_heads: int, kv_heads: tuple[int, ...]
+) -> None:
+    fig = diagrams.gqa_groups(num_heads, kv_heads, 64)
+    labels = texts(fig)
+    for h_kv in kv_heads:
+        assert f"cache per token: 2 × {h_kv} × 64 = {2 * h_kv * 64:,}" in labels
+    bare = sum(4.7 / h_kv <= 0.5 for h_kv in kv_heads)  # rows whose K, V boxes are bare numbers
+    assert labels.count(str(num_heads - 1)) == len(kv_heads) + bare  # the last query head
+    assert patches(fig, "FancyArrowPatch") == num_heads * len(kv_heads)  # one line per head
+    assert patches(fig, "FancyBboxPatch") == num_heads * len(kv_heads) + sum(kv_heads)
+    kinds = {"MHA: h_kv = 8", "GQA, groups of 4: h_kv = 2", "MQA: h_kv = 1"}
+    if kv_heads == (8, 2, 1):
+        assert kinds <= set(labels) and "K, V 7" in labels and "K, V 8" not in labels
+
+
+def test_ring_buffer_draws_the_positions_the_cache_holds() -> None:
+    fig = diagrams.ring_buffer(4, 2, (3, 6, 9, 13))
+    numbers = [t for t in texts(fig) if t.isdigit()]
+    assert numbers == ["2", "0", "1", "2", "3", "4", "5", "0", "1",
+                       "6", "7", "8", "5", "0", "1", "10", "11", "12", "9", "0", "1"]  # fmt: skip
+    assert patches(fig, "Wedge") == 4 * 4  # window slots, per count
+    assert patches(fig, "Rectangle") == 4 * 2 + 2  # the sinks, per count; the legend
+    labels = texts(fig)
+    assert labels.count("sinks") == 4 and "after 13 tokens" in labels
+    assert labels[-1] == "6 slots (window 4 + sinks 2) · numbers: the positions held"
+    no_sinks = texts(diagrams.ring_buffer(8, 0, 30))
+    assert [t for t in no_sinks if t.isdigit()] == ["24", "25", "26", "27", "28", "29", "22", "23"]
+    assert "sinks" not in no_sinks
+
+
 def test_diagrams_that_run_a_module_leave_the_random_state_alone() -> None:
     layer = MultiHeadAttention(8, 8, context_length=16, dropout=0.5, num_heads=2).train()
+    gpt_block = block(8, 2).train()
     before = torch.random.get_rng_state()
     diagrams.kv_cache(layer, 2, 1)
     diagrams.split_heads(layer, torch.randn(1, 4, 8))
+    diagrams.transformer_block(gpt_block, torch.ones(1, 3, 8))
+    diagrams.ring_buffer(3, 1, (2, 7))
     after_randn = torch.random.get_rng_state()
     torch.random.set_rng_state(before)
     torch.randn(1, 4, 8)  # the one draw the test itself made
@@ -325,6 +421,51 @@ def bad_calls() -> list[tuple[Callable[[], object], type[Exception], str]]:
             ValueError,
             "max_tokens=20 is longer than context_length=16",
         ),
+        (
+            lambda: diagrams.transformer_block(layer, x),  # type: ignore[arg-type]
+            TypeError,
+            "block must be a TransformerBlock",
+        ),
+        (
+            lambda: diagrams.transformer_block(block(8, 2), torch.zeros(1, 3, 8, dtype=torch.long)),
+            TypeError,
+            "x must be a floating-point",
+        ),
+        (
+            lambda: diagrams.transformer_block(block(8, 2), torch.zeros(3, 8)),
+            ValueError,
+            "x must have 3 dimensions",
+        ),
+        (
+            lambda: diagrams.transformer_block(block(8, 2), torch.zeros(1, 3, 6)),
+            ValueError,
+            r"x must be \(batch, num_tokens, emb_dim=8\), got \(1, 3, 6\)",
+        ),
+        (
+            lambda: diagrams.transformer_block(block(8, 2), torch.zeros(1, 1025, 8)),
+            ValueError,
+            "longer than context_length=1024",
+        ),
+        (lambda: diagrams.rope_rotation(7), ValueError, "head_dim must be even, got 7"),
+        (lambda: diagrams.rope_rotation(2), ValueError, "head_dim must be >= 4"),
+        (lambda: diagrams.rope_rotation(8, 9), ValueError, "num_positions must be at most 8"),
+        (lambda: diagrams.rope_rotation(8, 1), ValueError, "num_positions must be >= 2"),
+        (lambda: diagrams.rope_rotation(8, 6, 1.0), ValueError, "rope_base must be a finite"),
+        (lambda: diagrams.rope_rotation(8, 6, slow_pair=4), ValueError, "slow_pair must be 1 to 3"),
+        (lambda: diagrams.rope_rotation(8, 6, slow_pair=0), ValueError, "slow_pair must be >= 1"),
+        (lambda: diagrams.rope_rotation(8.0), TypeError, "head_dim must be an int"),  # type: ignore[arg-type]
+        (lambda: diagrams.gqa_groups(17), ValueError, "num_heads must be at most 16"),
+        (lambda: diagrams.gqa_groups(8, 3), ValueError, "num_kv_heads must divide num_heads=8"),
+        (lambda: diagrams.gqa_groups(8, 0), ValueError, "num_kv_heads must be >= 1"),
+        (lambda: diagrams.gqa_groups(8, (8, 4, 2, 1)), ValueError, "one to three sizes"),
+        (lambda: diagrams.gqa_groups(8, 2, 0), ValueError, "head_dim must be >= 1"),
+        (lambda: diagrams.ring_buffer(1), ValueError, "window must be 2 to 12"),
+        (lambda: diagrams.ring_buffer(4, 5), ValueError, "sinks must be at most 4"),
+        (lambda: diagrams.ring_buffer(4, -1), ValueError, "sinks must be >= 0"),
+        (lambda: diagrams.ring_buffer(4, 2, (3, 100)), ValueError, "each 1 to 99"),
+        (lambda: diagrams.ring_buffer(4, 2, ()), ValueError, "tokens must be 1 to 4 counts"),
+        (lambda: diagrams.ring_buffer(4, 2, (6, 3)), ValueError, "tokens must be increasing"),
+        (lambda: diagrams.ring_buffer(4, 2, (3.0,)), TypeError, "tokens must be an int"),  # type: ignore[arg-type]
     ]
 
 

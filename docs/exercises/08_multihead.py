@@ -12,11 +12,21 @@
 
 # %%
 import torch
+import torch.nn.functional as F
 from IPython.display import HTML
 
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper
+from attention.copy_task import token_letters
 from attention.plot import heatmap, svg
 from attention.simple import EXAMPLE_TOKENS, example_inputs
+from attention.training import (
+    TinyAttentionModel,
+    first_token_weight,
+    head_weights,
+    previous_and_first,
+    previous_token_weight,
+    torch_threads,
+)
 
 inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
 batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
@@ -124,7 +134,61 @@ torch.testing.assert_close(attn_weights.sum(dim=-1), torch.ones(2, 4, 6))
 assert (attn_weights.triu(diagonal=1) == 0).all()
 HTML(
     "".join(
-        svg(heatmap(attn_weights[0, i], EXAMPLE_TOKENS, title=f"head {i + 1}"))
+        svg(heatmap(attn_weights[0, i], EXAMPLE_TOKENS, title=f"head {i}"))
         for i in range(mha.num_heads)
     )
 )
+
+# %% [markdown]
+# ## Exercise 8.4: one head for two jobs
+#
+# The chapter trains a `TinyAttentionModel` with two heads on `previous_and_first`: every
+# position outputs the previous token and the first token, and each head learns to read one of
+# them. Give the model a single head of the same total width (`d_model=16, num_heads=1`) and
+# train it with the chapter's loop (seed 0, data seed 0, Adam with `lr=0.01`, 201 batches of
+# 64 sequences of 8 letters from 8). Compare its cross-entropy on 256 fresh sequences (data
+# seed 1) with the two-head model's, and measure where its one head puts its weight. Why can
+# one softmax row not do what two did?
+
+# %%
+# Solution
+V, T = 8, 8
+fresh, fresh_targets = previous_and_first(256, T, V, generator=torch.Generator().manual_seed(1))
+
+
+def train(num_heads: int) -> TinyAttentionModel:
+    """The chapter's loop: seed 0, 201 steps of Adam on batches of 64."""
+    torch.manual_seed(0)
+    model = TinyAttentionModel(vocab_size=V, context_length=T, d_model=16, num_heads=num_heads)
+    data = torch.Generator().manual_seed(0)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    with torch_threads(1):
+        for _ in range(201):
+            idx, targets = previous_and_first(64, T, V, generator=data)
+            loss = F.cross_entropy(model(idx)[:, 1:].reshape(-1, V), targets.reshape(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return model
+
+
+def fresh_loss(model: TinyAttentionModel) -> float:
+    with torch.no_grad():
+        logits = model(fresh)[:, 1:]  # (256, T - 1, 2, V)
+    return F.cross_entropy(logits.reshape(-1, V), fresh_targets.reshape(-1)).item()
+
+
+one, two = train(num_heads=1), train(num_heads=2)
+weights = head_weights(one, fresh)  # (256, 1, T, T)
+prev, first = previous_token_weight(weights)[0], first_token_weight(weights)[0]
+print(f"loss on fresh sequences: one head {fresh_loss(one):.3f}, two heads {fresh_loss(two):.3f}")
+print(f"the one head: {prev:.2f} on the previous token, {first:.2f} on the first")
+assert fresh_loss(one) > 10 * fresh_loss(two)
+assert prev > 0.3 and first > 0.3  # it splits its weight between the two keys
+HTML(svg(heatmap(weights[0, 0], token_letters(fresh[0]), title="one head", vmin=0, vmax=1)))
+
+# %% [markdown]
+# One head's softmax row sums to 1, so it splits its weight between the two keys it needs and
+# returns a blend of the two tokens' values: the readout must then tell from one blended vector
+# which token was the previous and which the first, which it can do only in part, from how
+# unevenly the blend is weighted. Two heads each return one unblended token, side by side.

@@ -1,0 +1,126 @@
+# %% [markdown]
+# # Exercise 13: the transformer block
+#
+# Chapter 13: [The transformer block](../transformer.md). Every output below was computed while
+# the site was built; download the notebook (link above) to run and change it yourself.
+#
+# A block is $x \leftarrow x + \operatorname{Attention}(\operatorname{LN}_1(x))$, then
+# $x \leftarrow x + \operatorname{FF}(\operatorname{LN}_2(x))$: a norm before each branch, and a
+# shortcut around it.
+
+# %%
+import torch
+from torch import nn
+
+from attention.gpt import GPT_CONFIG_124M, LayerNorm, TransformerBlock
+
+torch.manual_seed(0)
+
+# %% [markdown]
+# ## Exercise 13.1: layer normalisation by hand
+#
+# For `x = 3 * torch.randn(4, 7, 16) + 5` and a `LayerNorm(16)` whose `scale` and `shift` you
+# set to random values, compute
+# $\gamma \odot (x - \mu) / \sqrt{\sigma^2 + \epsilon} + \beta$ yourself over the last
+# dimension and check it against the module. Which variance does the module use: the one
+# that divides by $d$, or by $d - 1$ (`unbiased=True`, torch's default)? How far apart are the
+# two results?
+
+# %%
+# Solution
+x = 3 * torch.randn(4, 7, 16) + 5  # (4, 7, 16)
+ln = LayerNorm(16)
+with torch.no_grad():
+    ln.scale.uniform_(0.5, 2.0)  # gamma
+    ln.shift.uniform_(-1.0, 1.0)  # beta
+mean = x.mean(dim=-1, keepdim=True)  # (4, 7, 1): one mean per token
+for unbiased in (False, True):
+    var = x.var(dim=-1, keepdim=True, unbiased=unbiased)  # (4, 7, 1)
+    by_hand = ln.scale * (x - mean) / torch.sqrt(var + ln.eps) + ln.shift
+    gap = (by_hand - ln(x)).abs().max().item()
+    print(f"unbiased={unbiased}: largest difference from the module {gap:.2e}")
+    if not unbiased:
+        torch.testing.assert_close(by_hand, ln(x))  # the 1/d variance: GPT-2's
+
+# %% [markdown]
+# ## Exercise 13.2: where the parameters are
+#
+# With `qkv_bias=False`, count by hand the parameters of one block of width $d$: the
+# attention's four $d \times d$ projections (only `out_proj` has a bias), the feed-forward
+# network's $d \to 4d \to d$ (with biases), and two norms. Check your formula against
+# `TransformerBlock`, then use it for the whole model (token and position embeddings,
+# $L$ blocks, the final norm, the output layer) and check it against the book's 163,009,536
+# for GPT-2 small. What do GPT-2 medium ($d = 1024$, $L = 24$), large ($1280$, $36$) and XL
+# ($1600$, $48$) come to, with the output layer tied to the token embedding?
+
+
+# %%
+# Solution
+def block_params(d: int) -> int:
+    attention = 4 * d * d + d  # W_query, W_key, W_value, out_proj (+ its bias)
+    feed_forward = (d * 4 * d + 4 * d) + (4 * d * d + d)  # d -> 4d -> d
+    norms = 2 * 2 * d  # scale and shift, twice
+    return attention + feed_forward + norms  # 12 d^2 + 10 d
+
+
+def model_params(cfg: dict, tied: bool = False) -> int:
+    d, vocab = cfg["emb_dim"], cfg["vocab_size"]
+    embeddings = vocab * d + cfg["context_length"] * d
+    head = 0 if tied else vocab * d
+    return embeddings + cfg["n_layers"] * block_params(d) + 2 * d + head
+
+
+for d, heads in ((768, 12), (1024, 16)):
+    block = TransformerBlock({**GPT_CONFIG_124M, "emb_dim": d, "n_heads": heads})
+    assert sum(p.numel() for p in block.parameters()) == block_params(d)
+assert model_params(GPT_CONFIG_124M) == 163_009_536
+assert model_params(GPT_CONFIG_124M, tied=True) == 124_412_160
+sizes = {"small": (768, 12), "medium": (1024, 24), "large": (1280, 36), "XL": (1600, 48)}
+for name, (d, n_layers) in sizes.items():
+    cfg = {**GPT_CONFIG_124M, "emb_dim": d, "n_layers": n_layers}
+    in_blocks = n_layers * block_params(d) / model_params(cfg, tied=True)
+    print(
+        f"GPT-2 {name:<6}: {model_params(cfg, tied=True):>13,} parameters, "
+        f"{in_blocks:.0%} of them in the blocks"
+    )
+
+# %% [markdown]
+# ## Exercise 13.3: twelve blocks without their shortcuts
+#
+# Stack 12 `TransformerBlock`s of a small configuration (`emb_dim=64`, `n_heads=4`,
+# `context_length=16`, `drop_rate=0.0`, `qkv_bias=False`). Run an input `x` of shape
+# `(1, 8, 64)` (with `requires_grad=True`) through them twice: once with the blocks as they
+# are, once without the shortcuts, `x = ff(norm2(att(norm1(x))))` with each block's own parts.
+# Backpropagate `h.square().mean()` each time and compare the norm of the gradient that
+# reaches `x`, and of the first block's `att.W_query.weight`. What do the shortcuts change?
+
+# %%
+# Solution
+cfg = {"vocab_size": 100, "context_length": 16, "emb_dim": 64, "n_heads": 4,
+       "n_layers": 12, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+torch.manual_seed(0)
+blocks = nn.ModuleList(TransformerBlock(cfg) for _ in range(12))
+
+
+def without_shortcut(block: TransformerBlock, h: torch.Tensor) -> torch.Tensor:
+    h = block.att(block.norm1(h))  # no "+ h"
+    return block.ff(block.norm2(h))  # no "+ h"
+
+
+gradients = {}
+for shortcuts in (True, False):
+    blocks.zero_grad()
+    x = torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    h = x
+    for block in blocks:
+        h = block(h) if shortcuts else without_shortcut(block, h)  # (1, 8, 64)
+    h.square().mean().backward()
+    first = blocks[0].att.W_query.weight.grad
+    assert x.grad is not None and first is not None
+    gradients[shortcuts] = (float(x.grad.norm()), float(first.norm()))
+    print(
+        f"shortcuts={shortcuts!s:<5}: |grad x| = {gradients[shortcuts][0]:.2e}, "
+        f"|grad W_query of block 0| = {gradients[shortcuts][1]:.2e}"
+    )
+assert gradients[True][0] > 10 * gradients[False][0]
+assert gradients[True][1] > 10 * gradients[False][1]
