@@ -29,7 +29,9 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
   shapes.
 - [`attention.training`][attention.training]: chapter 8's model trained in the open: two heads
   that learn to read the previous and the first token.
-- [`attention.heads`][attention.heads]: chapter 14, what trained heads do: every head's
+- [`attention.seq2seq`][attention.seq2seq]: chapter 14, cross-attention: a transformer
+  encoder-decoder on chapter 1's copy task.
+- [`attention.heads`][attention.heads]: chapter 16, what trained heads do: every head's
   scores and weights, previous-token and induction scores, a small GPT trained to form them.
 - [`attention.testing`][attention.testing]: what the tests and the pages share.
 

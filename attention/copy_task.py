@@ -18,6 +18,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -321,3 +322,13 @@ def run_experiment(
         plain_model=models["plain"],
         attention_model=models["attention"],
     )
+
+
+@functools.cache
+def shared_experiment(seed: int = 0) -> ExperimentResult:
+    """[`run_experiment`][attention.copy_task.run_experiment]`(seed=seed)`, once per process.
+
+    The site shows chapter 1's two trained models on two pages (chapter 1, and the
+    cross-attention chapter that compares a transformer with them); the build trains them once.
+    """
+    return run_experiment(seed=seed)

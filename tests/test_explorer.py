@@ -129,6 +129,20 @@ def test_the_json_round_trips_and_the_html_embeds_it(model: GPTModel) -> None:
     assert page.endswith("</p></div>")
 
 
+def test_the_embedded_scores_are_compact(model: GPTModel) -> None:
+    # The page ships every score of every layer, head and sentence: at 3 decimals, with no
+    # whitespace, each costs a few bytes (sign, digits, comma), so a page with a full-size
+    # explorer stays small. The heads page: 4 sentences of up to 32 tokens, 2 x 4 heads.
+    g = torch.Generator().manual_seed(0)
+    sentences = {f"s{k}": torch.randint(12, (1, MAX_TOKENS), generator=g) for k in range(2)}
+    data = explorer_data(model, sentences, names)
+    payload = explorer_html(data)
+    count = sum(len(s["scores"]) * data["n_heads"] * len(s["tokens"]) ** 2
+                for s in data["sentences"])  # fmt: skip
+    assert " " not in payload.split('class="attention-explorer__data">')[1].split("</script>")[0]
+    assert len(payload) < 8 * count  # under 8 bytes a score, the mask and labels included
+
+
 def test_max_tokens_is_the_cap(model: GPTModel) -> None:
     idx = torch.zeros(1, MAX_TOKENS, dtype=torch.long)
     data = explorer_data(model, {"cap": idx}, names)

@@ -25,7 +25,7 @@ inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 d_in, d_out = 3, 2
 
 # %% [markdown]
-# ## Exercise 4.1: `SelfAttentionV2` by hand
+# ## Exercise 4.1: SelfAttentionV2 by hand
 #
 # Build `sa_v2 = SelfAttentionV2(d_in, d_out)` after `torch.manual_seed(789)`. Using only its
 # three `.weight` tensors, `@` and `torch.softmax`, compute $Z$ yourself and check that it

@@ -35,7 +35,7 @@ mask = causal_mask(6)  # (6, 6)
 _, attn_weights = explicit_attention(queries, keys, values, mask)  # (6, 6)
 
 # %% [markdown]
-# ## Exercise 7.1: dropout by hand, matching `nn.Dropout` exactly
+# ## Exercise 7.1: dropout by hand, matching nn.Dropout exactly
 #
 # Write `my_dropout(x, p)` from the formula, drawing the mask with
 # `torch.empty_like(x).bernoulli_(1 - p)`. Under the same seed it should give exactly what

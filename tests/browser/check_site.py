@@ -40,8 +40,9 @@ import re
 import sys
 import threading
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import unquote, urljoin, urlparse
 
 CHROMIUM = os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -151,8 +152,7 @@ FIGURES_JS = """
 # What an explorer draws, to compare before and after a control is used.
 EXPLORER_DRAWN_JS = """
 (root) => JSON.stringify({
-  cells: [...root.querySelectorAll(".ax-cell[data-i]")].map(
-    (c) => c.className + getComputedStyle(c).backgroundImage),
+  heatmap: [...root.querySelectorAll("canvas.ax-heatmap")].map((c) => c.toDataURL()),
   tokens: [...root.querySelectorAll(".ax-token")].map(
     (t) => t.className + t.textContent + getComputedStyle(t).backgroundImage),
   caption: (root.querySelector(".ax-caption") || {}).textContent,
@@ -222,15 +222,97 @@ def softmax_row(info: dict) -> list[float | None]:
     return [None if h else v / sum(e) for v, h in zip(e, hidden, strict=True)]
 
 
+# A page with an explorer stays small enough to load quickly on a phone (issue 19).
+EXPLORER_PAGE_BYTES = 500_000
+# And each interaction redraws within this on a CPU four times slower than the runner's.
+EXPLORER_MS, EXPLORER_THROTTLE = 50.0, 4
+
+# One interaction, timed in the page: the handlers' script, then the frame that draws it
+# (style, layout, paint: from the next animation frame to a task after it), without the idle
+# wait for that frame.
+EXPLORER_TIME_JS = """
+async ([root, what, k]) => {
+  const fire = {
+    temperature: () => {
+      const el = root.querySelector("input[type=range]");
+      el.value = String(k % 2 ? -0.5 + 0.05 * k : 0.5 - 0.05 * k);
+      el.dispatchEvent(new Event("input", { bubbles: true }));
+    },
+    layer: () => root.querySelector("select[id$=-layer]"),
+    head: () => root.querySelector("select[id$=-head]"),
+    sequence: () => root.querySelector("select[id$=-sentence]"),
+    mask: () => root.querySelector("input[type=checkbox]").click(),
+    "hovering a token": () => root.querySelectorAll(".ax-token")[2 + 2 * k].dispatchEvent(
+      new PointerEvent("pointerover", { bubbles: true })),
+    "hovering the heatmap": () => {
+      const box = root.querySelector("canvas.ax-heatmap").getBoundingClientRect();
+      root.querySelector("canvas.ax-heatmap").dispatchEvent(new PointerEvent("pointermove", {
+        bubbles: true, clientX: box.left + box.width * (0.25 + 0.1 * k),
+        clientY: box.top + box.height * (0.95 - 0.1 * k) }));
+    },
+  }[what];
+  const start = performance.now();
+  const el = fire();
+  if (el instanceof HTMLSelectElement) {
+    el.selectedIndex = (el.selectedIndex + 1) % el.options.length;
+    el.dispatchEvent(new Event("change", { bubbles: true }));
+  }
+  const script = performance.now() - start;
+  let frame = 0;
+  await new Promise((done) => requestAnimationFrame(() => {
+    frame = performance.now();
+    setTimeout(done, 0);
+  }));
+  return script + (performance.now() - frame);
+}
+"""
+
+
 def check_explorers(page, result: PageResult) -> None:
     """Drive every control of every attention explorer; each must change what is drawn."""
     roots = page.locator("[data-attention-explorer]")
+    if not roots.count():
+        return
+    size = page.evaluate("() => performance.getEntriesByType('navigation')[0].decodedBodySize")
+    if size > EXPLORER_PAGE_BYTES:
+        result.problems.append(
+            f"page with an explorer: {size / 1e3:.0f} KB of HTML (at most "
+            f"{EXPLORER_PAGE_BYTES / 1e3:.0f} KB)"
+        )
     for k in range(roots.count()):
         check_explorer(page, roots.nth(k), f"explorer {k + 1}", result)
+        check_explorer_speed(page, roots.nth(k), f"explorer {k + 1}", result)
+
+
+def check_explorer_speed(page, root, name: str, result: PageResult) -> None:
+    """Each interaction, at 4x CPU throttling (Chromium's own), redraws in under 50 ms."""
+    cdp = page.context.new_cdp_session(page)
+    root.scroll_into_view_if_needed()
+    cdp.send("Emulation.setCPUThrottlingRate", {"rate": EXPLORER_THROTTLE})
+    try:
+        times = {}
+        for what in ("temperature", "layer", "head", "mask", "sequence", "hovering a token",
+                     "hovering the heatmap"):  # fmt: skip
+            handle = root.element_handle()
+            runs = sorted(page.evaluate(EXPLORER_TIME_JS, [handle, what, k]) for k in range(5))
+            times[what] = runs[2]  # the median of five: a slow run or two is the runner's noise
+    finally:
+        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
+        cdp.detach()
+    slow = {what: ms for what, ms in times.items() if ms >= EXPLORER_MS}
+    if slow:
+        result.problems.append(
+            f"{name}: slower than {EXPLORER_MS:.0f} ms at {EXPLORER_THROTTLE}x CPU throttling: "
+            + ", ".join(f"{what} {ms:.0f} ms" for what, ms in slow.items())
+        )
+    result.notes.append(
+        f"{name} at {EXPLORER_THROTTLE}x throttling: "
+        + ", ".join(f"{what} {ms:.0f} ms" for what, ms in times.items())
+    )
 
 
 def check_explorer(page, root, name: str, result: PageResult) -> None:
-    if root.get_attribute("data-ready") is None or not root.locator(".ax-cell").count():
+    if root.get_attribute("data-ready") is None or not root.locator("canvas.ax-heatmap").count():
         result.problems.append(f"{name}: not drawn (is javascripts/explorer.js loaded?)")
         return
 
@@ -348,6 +430,8 @@ def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageR
     result.notes.append(f"{len(figures)} figures")
 
     check_explorers(page, result)
+    if path == "":
+        check_tables_fit(page, result)
 
     stamp = page.locator(".build-stamp")
     if stamp.count() != 1 or "torch" not in stamp.inner_text():
@@ -425,6 +509,9 @@ def main() -> int:
         browser.close()
     server.shutdown()
 
+    links = PageResult("in-site links and their #anchors")
+    links.problems = broken_anchors(args.site)
+    results.append(links)
     failed = [r for r in results if r.problems]
     for r in results:
         mark = "FAIL" if r.problems else "ok  "
@@ -436,6 +523,71 @@ def main() -> int:
     print(f"screenshots: {args.screenshots}/")
     print(f"site check: {len(results) - len(failed)} passed, {len(failed) + bool(outside)} failed")
     return 1 if failed or outside else 0
+
+
+# Each table's right edge against its column's, at the current width (> 0: a column is cut off).
+TABLES_JS = """
+() => [...document.querySelectorAll(".md-content table")].map((table) => {
+  const column = (table.closest(".md-content__inner") || document.body).getBoundingClientRect();
+  return {
+    overflow: table.getBoundingClientRect().right - column.right,
+    header: (table.querySelector("th") || {}).textContent || "",
+  };
+})
+"""
+
+
+def check_tables_fit(page, result: PageResult) -> None:
+    """At 390 px every table of the page (the home page's map of the chapters) must fit its
+    column: a table wider than the phone's column hides its last column off-screen."""
+    page.set_viewport_size({"width": 390, "height": 900})
+    for table in page.evaluate(TABLES_JS):
+        if table["overflow"] > 1:
+            result.problems.append(
+                f"table {table['header']!r}...: wider than the column at 390 px by "
+                f"{table['overflow']:.0f} px (a column is cut off)"
+            )
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
+class _Anchors(HTMLParser):
+    """The ids a page defines and the hrefs of its links."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        named = dict(attrs)
+        if named.get("id"):
+            self.ids.add(str(named["id"]))
+        if tag == "a" and named.get("name"):
+            self.ids.add(str(named["name"]))
+        if tag == "a" and named.get("href"):
+            self.hrefs.append(str(named["href"]))
+
+
+def broken_anchors(site: Path) -> list[str]:
+    """Every link from one built page to another (or to itself) whose `#anchor` names no id on
+    the target page: `page: href`. A table of contents built from other slugs than the
+    headings' own ids (a notebook's, say) shows up here."""
+    pages: dict[str, _Anchors] = {}
+    for html in sorted(site.rglob("*.html")):
+        parsed = _Anchors()
+        parsed.feed(html.read_text(encoding="utf-8"))
+        pages[html.relative_to(site).as_posix()] = parsed
+    broken = []
+    for name, parsed in pages.items():
+        for href in parsed.hrefs:
+            url = urlparse(urljoin(f"http://site/{name}", href))
+            if url.netloc != "site" or not url.fragment:
+                continue
+            target = url.path.lstrip("/")
+            target = target + "index.html" if target.endswith("/") or not target else target
+            if target in pages and unquote(url.fragment) not in pages[target].ids:
+                broken.append(f"{name}: {href}")
+    return sorted(set(broken))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 # %% [markdown]
-# # Exercise 13: generating with a cache
+# # Exercise 15: generating with a cache
 #
-# Chapter 13: [Generating text](../generation.md). Every output below was computed while the site
+# Chapter 15: [Generating text](../generation.md). Every output below was computed while the site
 # was built; download the notebook (link above) to run and change it yourself.
 #
 # A causal layer's keys and values of earlier tokens never change, so a generating model keeps
@@ -19,7 +19,7 @@ from attention.gpt import GPTModel
 torch.manual_seed(0)
 
 # %% [markdown]
-# ## Exercise 13.1: a cache by hand
+# ## Exercise 15.1: a cache by hand
 #
 # For `mha = MultiHeadAttention(16, 16, context_length=32, dropout=0.0, num_heads=4).eval()`,
 # write the decode step yourself: keep `keys` and `values` lists of shape `(1, 4, t, 4)`
@@ -51,7 +51,7 @@ with torch.no_grad():
 print("10 decode steps by hand == the module on the whole prefix")
 
 # %% [markdown]
-# ## Exercise 13.2: how much faster?
+# ## Exercise 15.2: how much faster?
 #
 # Build a small GPT (`vocab_size=1000, context_length=256, emb_dim=128, n_heads=4,
 # n_layers=4, drop_rate=0.0, qkv_bias=False`) and time `generate` with and without the cache
@@ -84,7 +84,7 @@ print(
 )
 
 # %% [markdown]
-# ## Exercise 13.3: top-k by hand
+# ## Exercise 15.3: top-k by hand
 #
 # Given scores `logits = torch.tensor([4.51, 0.89, -1.90, 6.75, 1.63, -1.62, -1.89, 6.28, 1.79])`,
 # keep the top 3 (set the others to `-inf`) and compute the softmax. Which tokens can still be

@@ -1,0 +1,179 @@
+"""Chapter 14's transformer encoder-decoder: shapes, cross-attention caches, training, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from attention.copy_task import copy_batch
+from attention.rnn import decoder_inputs
+from attention.seq2seq import (
+    DecoderBlock,
+    EncoderBlock,
+    Seq2SeqTransformer,
+    evaluate_copy,
+    train_copy,
+    transformer_experiment,
+)
+
+VOCAB_SIZE = 20
+
+
+@pytest.fixture
+def model() -> Seq2SeqTransformer:
+    torch.manual_seed(0)
+    return Seq2SeqTransformer(VOCAB_SIZE, d_model=16, num_heads=2, num_layers=2).eval()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny sequential steps: a second intra-op thread only waits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def batch(batch_size: int = 3, seq_len: int = 7, seed: int = 0) -> torch.Tensor:
+    src, _ = copy_batch(batch_size, seq_len, VOCAB_SIZE, torch.Generator().manual_seed(seed))
+    return src
+
+
+def test_shapes(model: Seq2SeqTransformer) -> None:
+    src = batch()
+    tgt_in = decoder_inputs(batch(seq_len=4, seed=1), model.bos)  # m = 4 != n = 7
+    logits, weights = model(src, tgt_in, need_weights=True)
+    assert logits.shape == (3, 4, VOCAB_SIZE)
+    assert [w.shape for w in weights] == [(3, 2, 4, 7)] * 2  # per decoder block
+    torch.testing.assert_close(weights[0].sum(-1), torch.ones(3, 2, 4))
+    assert model(src, tgt_in)[1] == []
+    assert model.encode(src).shape == (3, 7, 16)
+    assert model.generate(src).shape == (3, 7)
+    assert model.generate(src, out_len=3).shape == (3, 3)
+    assert EncoderBlock(8, 2, 10)(torch.randn(2, 5, 8)).shape == (2, 5, 8)
+
+
+def test_cross_attention_sees_every_input_token(model: Seq2SeqTransformer) -> None:
+    """No causal mask between two sequences: the first output reads the last input."""
+    src = batch()
+    tgt_in = decoder_inputs(batch(seq_len=4, seed=1), model.bos)
+    changed = src.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % VOCAB_SIZE
+    with torch.no_grad():
+        before, weights = model(src, tgt_in, need_weights=True)
+        after, _ = model(changed, tgt_in)
+    assert bool((weights[0][:, :, 0, -1] > 0).all())
+    assert not torch.allclose(before[:, 0], after[:, 0])
+
+
+@pytest.mark.parametrize("out_len", [1, 5, 9])
+def test_cached_greedy_decoding_equals_uncached(model: Seq2SeqTransformer, out_len: int) -> None:
+    src = batch()
+    cached = model.generate(src, out_len, use_cache=True)
+    assert torch.equal(cached, model.generate(src, out_len, use_cache=False))
+
+
+def test_cached_logits_equal_teacher_forced(model: Seq2SeqTransformer) -> None:
+    src, tgt_in = batch(), decoder_inputs(batch(seed=1), model.bos)
+    with torch.no_grad():
+        full, _ = model(src, tgt_in)  # (3, 7, V)
+        memory = model.encode(src)
+        caches = model.init_caches(3, src_len=7, out_len=7)
+        steps = [model.decode(tgt_in[:, t : t + 1], memory if t == 0 else None,
+                              caches=caches)[0] for t in range(7)]  # fmt: skip
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_the_cross_attention_cache_is_filled_once(model: Seq2SeqTransformer) -> None:
+    """The memory's keys are projected at the first step only, in every decoder block."""
+    src = batch()
+    calls: list[int] = []
+    hooks = [
+        block.cross_att.W_key.register_forward_hook(
+            lambda module, inputs, output: calls.append(inputs[0].shape[1])
+        )
+        for block in model.decoder
+        if isinstance(block, DecoderBlock)
+    ]
+    model.generate(src, out_len=5)
+    assert calls == [7, 7]  # once per block, on the n = 7 input tokens
+    calls.clear()
+    model.generate(src, out_len=5, use_cache=False)
+    assert calls == [7, 7] * 5  # every block at every step
+    for hook in hooks:
+        hook.remove()
+    caches = model.init_caches(3, src_len=7, out_len=5)
+    with torch.no_grad():
+        model.decode(torch.full((3, 1), model.bos), model.encode(src), caches=caches)
+        model.decode(torch.zeros(3, 1, dtype=torch.long), None, caches=caches)
+    assert [(s.length, c.length) for s, c in caches] == [(2, 7), (2, 7)]
+    with pytest.raises(ValueError, match="already holds 7 keys"):  # no second fill
+        model.decode(torch.zeros(3, 1, dtype=torch.long), model.encode(src), caches=caches)
+
+
+def test_source_padding_changes_nothing_real(model: Seq2SeqTransformer) -> None:
+    """A right-padded source decodes as the unpadded one, with or without the caches."""
+    short, long = batch(1, 4), batch(1, 7, seed=1)
+    padded = torch.cat([short, torch.zeros(1, 3, dtype=torch.long)], dim=1)  # (1, 7)
+    src = torch.cat([padded, long])  # (2, 7)
+    padding = torch.tensor([[False] * 4 + [True] * 3, [False] * 7])
+    for use_cache in (True, False):
+        tokens = model.generate(src, 6, padding=padding, use_cache=use_cache)
+        assert torch.equal(tokens[:1], model.generate(short, 6))
+        assert torch.equal(tokens[1:], model.generate(long, 6))
+
+
+def test_training_beats_chance(one_thread: None) -> None:
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(VOCAB_SIZE, d_model=32, num_heads=2)
+    losses = train_copy(model, steps=60, batch_size=128, max_len=8)
+    assert len(losses) == 60 and losses[-1] < losses[0]
+    accuracy = evaluate_copy(model, [4, 8], num_seqs=64, seed=1)
+    assert min(accuracy) > 3 / VOCAB_SIZE  # chance is 1 / 20
+    assert not model.training
+
+
+def test_experiment_is_memoised_and_aligned(one_thread: None) -> None:
+    first = transformer_experiment(0, steps=40, d_model=16)
+    assert transformer_experiment(0, steps=40, d_model=16) is first  # trained once
+    assert first.lengths == list(range(2, 13)) and len(first.accuracy) == 11
+    assert len(first.losses) == 40 and first.seconds > 0
+    assert first.cross_weights.shape == (2, 12, 12)
+    assert len(first.source_tokens) == len(first.output_tokens) == 12
+
+
+def test_bad_inputs_are_named(model: Seq2SeqTransformer) -> None:
+    src = batch()
+    tgt_in = decoder_inputs(src, model.bos)
+    with pytest.raises(ValueError, match="src"):
+        model.generate(torch.tensor([[VOCAB_SIZE]]))  # bos is not a source token
+    with pytest.raises(ValueError, match="src"):
+        model.generate(torch.zeros(1, 65, dtype=torch.long))  # past context_length
+    with pytest.raises(TypeError, match="src"):
+        model.generate(torch.zeros(1, 3))  # float ids
+    with pytest.raises(ValueError, match="tgt_in"):
+        model(src, torch.zeros(3, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="batch size"):
+        model(src, tgt_in[:2])
+    with pytest.raises(ValueError, match="padding: key_padding_mask must have shape"):
+        model(src, tgt_in, padding=torch.zeros(3, 6, dtype=torch.bool))
+    with pytest.raises(TypeError, match="padding: key_padding_mask must be a bool"):
+        model.generate(src, padding=torch.zeros(3, 7))
+    with pytest.raises(ValueError, match="out_len"):
+        model.generate(src, out_len=0)
+    with pytest.raises(ValueError, match="out_len=65 exceeds"):
+        model.generate(src, out_len=65)
+    with pytest.raises(ValueError, match="memory is None"):
+        model.decoder[0](torch.randn(3, 1, 16), None)
+    with pytest.raises(TypeError, match="Seq2SeqTransformer"):
+        train_copy(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_len"):
+        train_copy(model, min_len=5, max_len=4)
+    with pytest.raises(TypeError, match="lengths"):
+        evaluate_copy(model, 5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="vocab_size"):
+        Seq2SeqTransformer(1)
+    with pytest.raises(ValueError, match="d_model"):
+        Seq2SeqTransformer(VOCAB_SIZE, d_model=15)  # odd: no sin/cos pairs
