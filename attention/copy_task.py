@@ -22,6 +22,7 @@ import functools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -158,13 +159,22 @@ def train(
     return losses
 
 
+class Copier(Protocol):
+    """What the evaluation needs of a model: its vocabulary, and greedy decoding."""
+
+    vocab_size: int
+
+    def generate(self, src: Tensor) -> Any: ...  # tokens (N, n), or (tokens, ...)
+
+
 def evaluate_by_length(
-    model: Seq2Seq, lengths: Sequence[int], *, num_seqs: int = 256, seed: int = 0
+    model: Copier, lengths: Sequence[int], *, num_seqs: int = 256, seed: int = 0
 ) -> list[float]:
     """Token accuracy of greedy decoding on fresh random sequences, one number per length.
 
     Args:
-        model: a trained model.
+        model: a trained model: chapter 1's [`Seq2Seq`][attention.rnn.Seq2Seq], whose
+            `generate` also returns its alignments, or chapter 14's transformer.
         lengths: the input lengths to test.
         num_seqs: sequences per length.
         seed: seeds the test data (use one the training did not).
@@ -186,7 +196,8 @@ def evaluate_by_length(
     accuracy = []
     for seq_len in lengths:
         src, tgt = copy_batch(num_seqs, seq_len, model.vocab_size, generator)  # (N, n)
-        tokens, _ = model.generate(src)  # (N, n)
+        out = model.generate(src)
+        tokens = out[0] if isinstance(out, tuple) else out  # (N, n)
         accuracy.append((tokens == tgt).float().mean().item())
     return accuracy
 

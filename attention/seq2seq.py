@@ -62,6 +62,7 @@ from attention.checks import check_ids, check_padding_mask, check_size
 from attention.copy_task import (
     _torch_threads,
     copy_batch,
+    evaluate_by_length,
     token_letters,
 )
 from attention.gpt import FeedForward, LayerNorm
@@ -462,19 +463,7 @@ def evaluate_copy(
         TypeError: a length or `num_seqs` is not an int.
         ValueError: a length or `num_seqs` below 1.
     """
-    check_size("num_seqs", num_seqs)
-    check_size("seed", seed, minimum=0)
-    if isinstance(lengths, int | str) or not isinstance(lengths, Sequence):
-        raise TypeError(f"lengths must be a sequence of ints, got {type(lengths).__name__}")
-    for seq_len in lengths:
-        check_size("each of lengths", seq_len)
-    generator = torch.Generator().manual_seed(seed)
-    accuracy = []
-    for seq_len in lengths:
-        src, tgt = copy_batch(num_seqs, seq_len, model.vocab_size, generator)  # (N, n)
-        tokens = model.generate(src)  # (N, n)
-        accuracy.append((tokens == tgt).float().mean().item())
-    return accuracy
+    return evaluate_by_length(model, lengths, num_seqs=num_seqs, seed=seed)
 
 
 @dataclass(frozen=True)
