@@ -94,7 +94,7 @@ def copy_batch(
 
 
 def train(
-    model: Seq2Seq,
+    model: nn.Module,
     *,
     steps: int = 400,
     batch_size: int = 256,
@@ -112,7 +112,9 @@ def train(
     data.
 
     Args:
-        model: the model to train, in place.
+        model: the model to train, in place: a [`Seq2Seq`][attention.rnn.Seq2Seq], or any
+            module with `vocab_size` and `bos` whose `model(src, tgt_in)` returns
+            `(logits, ...)` (chapter 14's transformer).
         steps: optimiser steps.
         batch_size: sequences per step.
         min_len: shortest training sequence.
@@ -128,8 +130,10 @@ def train(
         ValueError: `steps < 1`, `batch_size < 1`, `min_len < 1`, `max_len < min_len`, or a
             negative seed.
     """
-    if not isinstance(model, Seq2Seq):
-        raise TypeError(f"model must be a Seq2Seq, got {type(model).__name__}")
+    if not (isinstance(model, nn.Module) and hasattr(model, "vocab_size")
+            and hasattr(model, "bos")):  # fmt: skip
+        raise TypeError(f"model must be a Seq2Seq (or a module with vocab_size and bos, as "
+                        f"chapter 14's transformer), got {type(model).__name__}")  # fmt: skip
     check_size("seed", seed, minimum=0)
     if seed >= 2**63:
         raise ValueError(f"seed must fit in int64, got {seed}")
@@ -144,10 +148,12 @@ def train(
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
     model.train()
     losses = []
+    trainee: Any = model  # a Seq2Seq, or any module with vocab_size and bos (checked)
+    vocab_size, bos = int(trainee.vocab_size), int(trainee.bos)
     for _ in range(steps):
         seq_len = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
-        src, tgt = copy_batch(batch_size, seq_len, model.vocab_size, generator)  # (B, n)
-        logits, _ = model(src, decoder_inputs(tgt, model.bos))  # (B, n, V)
+        src, tgt = copy_batch(batch_size, seq_len, vocab_size, generator)  # (B, n)
+        logits, _ = model(src, decoder_inputs(tgt, bos))  # (B, n, V)
         loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())  # (B * n, V) vs (B * n,)
         optimizer.zero_grad()
         loss.backward()

@@ -54,7 +54,6 @@ from dataclasses import dataclass
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.cache import KVCache
@@ -64,6 +63,7 @@ from attention.copy_task import (
     copy_batch,
     evaluate_by_length,
     token_letters,
+    train,
 )
 from attention.gpt import FeedForward, LayerNorm
 from attention.multihead import MultiHeadAttention
@@ -428,24 +428,15 @@ def train_copy(
     if not min_len <= check_size("max_len", max_len) <= model.context_length:
         raise ValueError(f"expected min_len <= max_len <= context_length, got {min_len=}, "
                          f"{max_len=}, context_length={model.context_length}")  # fmt: skip
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
-    model.train()
-    losses = []
-    for _ in range(steps):
-        seq_len = int(torch.randint(min_len, max_len + 1, (1,), generator=generator))
-        src, tgt = copy_batch(batch_size, seq_len, model.vocab_size, generator)  # (B, n)
-        logits, _ = model(src, decoder_inputs(tgt, model.bos))  # (B, n, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(loss.item())
-    model.eval()
-    return losses
+    return train(
+        model,
+        steps=steps,
+        batch_size=batch_size,
+        min_len=min_len,
+        max_len=max_len,
+        lr=lr,
+        seed=seed,
+    )  # chapter 1's loop, unchanged
 
 
 def evaluate_copy(
