@@ -44,6 +44,9 @@ __all__ = ["bars", "heatmap", "lines", "mask", "row", "source", "svg"]
 MAX_HEATMAP_SIDE = 64
 """The most rows or columns [`heatmap`][attention.plot.heatmap] draws, one labelled cell each."""
 
+MAX_CELLS_SIDE = 24
+"""Above this many rows or columns, [`heatmap`][attention.plot.heatmap] draws one image."""
+
 _INK = "#010203"
 """Stand-in colour for text, spines and ticks; `svg` rewrites it to `currentColor`."""
 
@@ -114,6 +117,7 @@ def heatmap(
     vmax: float | None = None,
     marked: Any = None,
     marked_label: str = "marked",
+    image: bool | None = None,
 ) -> Figure:
     r"""An attention-weight matrix as a heatmap, with the tokens on both axes.
 
@@ -136,13 +140,17 @@ def heatmap(
             outlined (unlike the `//` of masked cells), e.g. the weights dropout zeroed, and a
             legend above the matrix names them.
         marked_label: the legend's name for the marked cells.
+        image: draw the matrix as one image, a phone's width, labelled every few rows and
+            columns (no values, tooltips or marks), instead of one cell per weight; default:
+            when a side is longer than `MAX_CELLS_SIDE`, whose cells would be too small to
+            read and too many to ship.
 
     Returns:
         The matplotlib `Figure`; pass it to [`svg`][attention.plot.svg].
 
     Raises:
         ValueError: `weights` is not 2-D, a label count does not match its dimension, or
-            `marked` is not of the shape of `weights`.
+            `marked` is not of the shape of `weights` (or given with `image`).
 
     Examples:
         >>> import torch
@@ -158,6 +166,9 @@ def heatmap(
         [0.0, 1.0]
         >>> fig.axes[0].get_legend().get_texts()[0].get_text()
         'marked'
+        >>> fig = heatmap(torch.eye(32), [str(t) for t in range(32)])  # 32 > MAX_CELLS_SIDE
+        >>> len(fig.axes[0].images), [t.get_text() for t in fig.axes[0].get_xticklabels()][:3]
+        (1, ['0', '4', '8'])
     """
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
@@ -172,6 +183,10 @@ def heatmap(
         raise ValueError(
             f"marked must have the shape of weights {num_queries, num_keys}, got {got}"
         )
+    if image is None:
+        image = max(num_queries, num_keys) > MAX_CELLS_SIDE
+    if image and crossed is not None:
+        raise ValueError("marked cells need one cell per weight: pass image=False")
     finite = [v for row in rows for v in row if math.isfinite(v)]
     low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
     low, high = low if vmin is None else float(vmin), high if vmax is None else float(vmax)
@@ -181,6 +196,8 @@ def heatmap(
         import matplotlib
 
         cmap = matplotlib.colormaps["viridis"]
+        if image:
+            return _image(rows, (query_labels, key_labels), (norm, cmap), title, ax)
         if ax is None:
             cell = 0.62  # inches per cell: token labels and two decimals stay readable
             width = min(11.0, max(4.2, 1.9 + cell * num_keys))
@@ -202,6 +219,33 @@ def heatmap(
         import matplotlib.cm
 
         fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.8)
+    return fig
+
+
+def _image(
+    rows: list[list[float]],
+    labels: tuple[Sequence[str], Sequence[str]],
+    colours: tuple[Any, Any],
+    title: str | None,
+    ax: Axes | None,
+) -> Figure:
+    """`heatmap` as one image: every label up to 16 a side, else every 4th (8th...), masked grey."""
+    import matplotlib.cm
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    (norm, cmap), shape = colours, (len(rows), len(rows[0]))
+    if ax is None:
+        fig = Figure(figsize=(3.8, 3.5), layout="constrained")  # a phone's width
+        ax = fig.add_subplot()
+    else:
+        fig = ax.get_figure()  # type: ignore[assignment]
+    every = tuple(1 if side <= 16 else math.ceil(side / 32) * 4 for side in shape)
+    ax.imshow(np.ma.masked_invalid(rows), cmap=cmap.with_extremes(bad=(0.5, 0.5, 0.5, 0.25)), norm=norm,
+              interpolation="nearest")  # fmt: skip
+    _matrix_axes(ax, shape, labels, title=title, every=every)  # type: ignore[arg-type]
+    ax.tick_params(length=3)
+    fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.8)
     return fig
 
 

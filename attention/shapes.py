@@ -8,7 +8,8 @@ $$
 $$
 
 the 2 for keys and values. Fewer key/value heads ($h_{kv} < h$, grouped-query attention)
-shrink it by $h / h_{kv}$; a sliding window caps the tokens kept at the window.
+shrink it by $h / h_{kv}$; a sliding window caps the tokens a windowed layer keeps at the
+window $w$.
 
 The shapes are the models' published configurations (their `config.json`); only the
 attention's numbers are kept.
@@ -19,6 +20,11 @@ Examples:
     4
     >>> kv_cache_bytes(llama, num_tokens=1) // 1024  # KiB per token, bf16
     128
+    >>> gemma = PUBLISHED["Gemma 2 9B"]  # a window in every other layer
+    >>> gemma.windowed_layers, gemma.window
+    (21, 4096)
+    >>> kv_cache_bytes(gemma, 8192) == kv_cache_bytes(gemma, 4096) * (21 * 2 + 21) // 42
+    True
 """
 
 from __future__ import annotations
@@ -42,6 +48,13 @@ class ModelShape:
     head_dim: int
     window: int | None = None
     """The sliding window of its windowed layers, if it has one."""
+    windowed_layers: int = 0
+    """How many of its layers attend to (and cache) only the last `window` tokens."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.windowed_layers <= self.num_layers:
+            raise ValueError(f"windowed_layers must be in [0, num_layers={self.num_layers}], "
+                             f"got {self.windowed_layers}")  # fmt: skip
 
 
 PUBLISHED: dict[str, ModelShape] = {
@@ -50,18 +63,21 @@ PUBLISHED: dict[str, ModelShape] = {
         ModelShape("GPT-2 small", 12, 768, 12, 12, 64),
         ModelShape("Llama 2 7B", 32, 4096, 32, 32, 128),
         ModelShape("Llama 3 8B", 32, 4096, 32, 8, 128),
-        ModelShape("Mistral 7B", 32, 4096, 32, 8, 128, window=4096),
+        ModelShape("Mistral 7B v0.1", 32, 4096, 32, 8, 128, window=4096, windowed_layers=32),
         ModelShape("Qwen2.5 7B", 28, 3584, 28, 4, 128),
-        ModelShape("Gemma 2 9B", 42, 3584, 16, 8, 256, window=4096),
+        ModelShape("Gemma 2 9B", 42, 3584, 16, 8, 256, window=4096, windowed_layers=21),
     )
 }
-"""Published shapes, keyed by name. Gemma 2 uses its window in every other layer."""
+"""Published shapes, keyed by name. Mistral 7B's window is v0.1's, in every layer (v0.2 and
+later attend over their whole 32k context); Gemma 2 uses its window in every other layer."""
 
 
 def kv_cache_bytes(
     shape: ModelShape, num_tokens: int, batch: int = 1, bytes_per_number: int = 2
 ) -> int:
     """Bytes of keys and values a model keeps for `num_tokens` tokens of `batch` sequences.
+
+    Its windowed layers keep $\min(T, w)$ tokens, the others all $T$.
 
     Args:
         shape: the model.
@@ -70,12 +86,16 @@ def kv_cache_bytes(
         bytes_per_number: 2 for bfloat16 or float16, 4 for float32.
 
     Returns:
-        $2 \\cdot n_\\text{layers} \\cdot h_{kv} \\cdot d_h \\cdot$ bytes, times tokens and batch.
+        $2 \\cdot h_{kv} \\cdot d_h \\cdot$ bytes, times the tokens each layer keeps, summed
+        over layers, times `batch`.
     """
     check_size("num_tokens", num_tokens, minimum=0)
     check_size("batch", batch)
-    per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * bytes_per_number
-    return per_token * num_tokens * batch
+    per_layer_token = 2 * shape.num_kv_heads * shape.head_dim * bytes_per_number
+    windowed = shape.windowed_layers if shape.window else 0
+    kept = (shape.num_layers - windowed) * num_tokens
+    kept += windowed * min(num_tokens, shape.window or num_tokens)
+    return per_layer_token * kept * batch
 
 
 def kv_projection_params(shape: ModelShape) -> int:

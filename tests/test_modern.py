@@ -215,6 +215,20 @@ def test_published_shapes_and_their_cache() -> None:
     assert PUBLISHED["Llama 3 8B"].num_kv_heads * 4 == PUBLISHED["Llama 2 7B"].num_kv_heads
 
 
+def test_windowed_layers_cache_at_most_the_window() -> None:
+    from attention.shapes import PUBLISHED, ModelShape, kv_cache_bytes
+
+    mistral, gemma = PUBLISHED["Mistral 7B v0.1"], PUBLISHED["Gemma 2 9B"]
+    per_layer_token = {s.name: kv_cache_bytes(s, 1) // s.num_layers for s in (mistral, gemma)}
+    # every layer of Mistral v0.1 is windowed: 8,192 or 100,000 tokens cost what 4,096 do
+    assert kv_cache_bytes(mistral, 100_000) == kv_cache_bytes(mistral, 4096)
+    assert kv_cache_bytes(mistral, 4096) == 32 * 4096 * per_layer_token[mistral.name]
+    # Gemma 2: 21 layers keep 4,096 tokens, the other 21 all of them
+    assert kv_cache_bytes(gemma, 10_000) == (21 * 4096 + 21 * 10_000) * per_layer_token[gemma.name]
+    with pytest.raises(ValueError, match=r"windowed_layers must be in \[0, num_layers=2\], got 3"):
+        ModelShape("bad", 2, 8, 2, 2, 4, window=4, windowed_layers=3)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [

@@ -197,6 +197,24 @@ def test_heatmap_marks_cells_apart_from_masked_ones() -> None:
         heatmap(weights, ["a", "b"], marked=torch.ones(2, 3, dtype=torch.bool))
 
 
+def test_a_large_heatmap_is_one_image_masked_cells_grey_and_small() -> None:
+    scores = torch.rand(32, 32).masked_fill(torch.ones(32, 32).triu(1).bool(), float("-inf"))
+    positions = [str(t) for t in range(32)]
+    fig = heatmap(scores, positions, vmin=0, vmax=1)
+    ax = fig.axes[0]
+    assert not ax.patches and len(ax.images) == 1  # no 1,024 cells: one image
+    drawn = ax.images[0].get_array()
+    assert drawn.mask[0, 1] and not drawn.mask[1, 0]  # -inf above the diagonal: masked
+    assert [t.get_text() for t in ax.get_yticklabels()] == positions[::4]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("keys", "queries")
+    assert fig.get_size_inches()[0] < 4  # a phone's width
+    assert len(svg(fig)) < 60_000  # one embedded image, not a path per cell
+    assert len(heatmap(torch.eye(24), positions[:24]).axes[0].patches) == 24 * 24  # cells
+    assert not heatmap(torch.eye(4), positions[:4], image=True).axes[0].patches
+    with pytest.raises(ValueError, match="marked cells need one cell per weight"):
+        heatmap(scores, positions, marked=scores > 0.5)
+
+
 def test_mask_draws_two_looks_and_a_legend_without_a_colour_scale() -> None:
     from attention import causal_mask
     from attention.plot import mask
