@@ -5,9 +5,11 @@ $j > i$. Setting those scores to $-\infty$ before the softmax gives them weight
 $e^{-\infty} = 0$ and renormalises the rest in the same step:
 
 $$
-M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}, \qquad
+\begin{gathered}
+M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}, \\
 Z = \operatorname{dropout}\!\left(\operatorname{softmax}\!\left(
 \frac{Q K^\top}{\sqrt{d_k}} + M\right)\right) V.
+\end{gathered}
 $$
 """
 

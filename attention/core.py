@@ -3,8 +3,10 @@ r"""The functional core: scores, masks, softmax and explicit attention as pure f
 Every chapter of the derivation, and the production module's explicit path, computes
 
 $$
-\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}
-+ M\right) V,
+\begin{aligned}
+& \operatorname{Attention}(Q, K, V) \\
+& \quad = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}} + M\right) V,
+\end{aligned}
 $$
 
 where $M$ is $0$ where a query may look at a key and $-\infty$ where it may not. This module holds
@@ -85,7 +87,10 @@ def softmax_stable(x: Tensor, dim: int = -1) -> Tensor:
     r"""Softmax that cannot overflow: subtract the maximum before exponentiating.
 
     $$
-    \operatorname{softmax}(x)_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}}, \qquad m = \max_j x_j.
+    \begin{gathered}
+    \operatorname{softmax}(x)_i = \frac{e^{x_i - m}}{\sum_j e^{x_j - m}}, \\
+    m = \max_j x_j.
+    \end{gathered}
     $$
 
     The shift by $m$ cancels between numerator and denominator, so the result equals the naive
@@ -167,8 +172,11 @@ def explicit_attention(
     r"""Scaled dot-product attention written out step by step; returns the weights too.
 
     $$
-    \alpha = \operatorname{dropout}\!\left(\operatorname{softmax}\!\left(
-    \frac{Q K^\top}{\sqrt{d_k}} + M\right)\right), \qquad Z = \alpha V.
+    \begin{aligned}
+    \alpha &= \operatorname{dropout}\!\left(\operatorname{softmax}\!\left(
+    \frac{Q K^\top}{\sqrt{d_k}} + M\right)\right), \\
+    Z &= \alpha V.
+    \end{aligned}
     $$
 
     A query whose every key is masked (a padded position under left padding, say) gets all-zero
@@ -245,9 +253,11 @@ def online_attention(
     old ones whenever the maximum grows:
 
     $$
-    m' = \max(m, \max_j s_j), \qquad
-    \ell' = e^{m - m'} \ell + \sum_j e^{s_j - m'}, \qquad
-    o' = e^{m - m'} o + \sum_j e^{s_j - m'} v_j .
+    \begin{aligned}
+    m' &= \max(m, \max_j s_j), \\
+    \ell' &= e^{m - m'} \ell + \sum_j e^{s_j - m'}, \\
+    o' &= e^{m - m'} o + \sum_j e^{s_j - m'} v_j .
+    \end{aligned}
     $$
 
     After the last block, $\ell = \sum_j e^{s_j - m}$ over every key, and one division gives

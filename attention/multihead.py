@@ -104,14 +104,21 @@ class MultiHeadAttention(nn.Module):
     r"""Production multi-head self-attention on PyTorch's fused kernel.
 
     $$
-    Q = X W_q \in \mathbb{R}^{T \times h d_h}, \qquad
-    K = X W_k,\; V = X W_v \in \mathbb{R}^{T \times h_{kv} d_h},
+    \begin{aligned}
+    Q &= X W_q \in \mathbb{R}^{T \times h d_h}, \\
+    K &= X W_k,\; V = X W_v \in \mathbb{R}^{T \times h_{kv} d_h},
+    \end{aligned}
     $$
 
     $$
-    Z^{(i)} = \operatorname{dropout}\!\left(\operatorname{softmax}\!\left(
-    \frac{Q^{(i)} K^{(g(i))\top}}{\sqrt{d_h}} + M\right)\right) V^{(g(i))},
-    \qquad g(i) = \lfloor i\, h_{kv} / h \rfloor,
+    \begin{gathered}
+    \begin{aligned}
+    Z^{(i)} = \operatorname{dropout}\!\biggl(\operatorname{softmax}\!\biggl(
+    & \frac{Q^{(i)} K^{(g(i))\top}}{\sqrt{d_h}} \\
+    & {} + M\biggr)\biggr) V^{(g(i))},
+    \end{aligned} \\
+    g(i) = \lfloor i\, h_{kv} / h \rfloor,
+    \end{gathered}
     $$
 
     $$

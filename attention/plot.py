@@ -47,6 +47,9 @@ MAX_HEATMAP_SIDE = 64
 MAX_CELLS_SIDE = 24
 """Above this many rows or columns, [`heatmap`][attention.plot.heatmap] draws one image."""
 
+PHONE = 3.8
+"""A figure's width in inches that a phone shows unscaled (about 365 CSS px of its 390)."""
+
 _INK = "#010203"
 """Stand-in colour for text, spines and ticks; `svg` rewrites it to `currentColor`."""
 
@@ -236,13 +239,13 @@ def _image(
 
     (norm, cmap), shape = colours, (len(rows), len(rows[0]))
     if ax is None:
-        fig = Figure(figsize=(3.8, 3.5), layout="constrained")  # a phone's width
+        fig = Figure(figsize=(PHONE, 3.5), layout="constrained")  # a phone's width
         ax = fig.add_subplot()
     else:
         fig = ax.get_figure()  # type: ignore[assignment]
     every = tuple(1 if side <= 16 else math.ceil(side / 32) * 4 for side in shape)
-    ax.imshow(np.ma.masked_invalid(rows), cmap=cmap.with_extremes(bad=(0.5, 0.5, 0.5, 0.25)), norm=norm,
-              interpolation="nearest")  # fmt: skip
+    masked = cmap.with_extremes(bad=(0.5, 0.5, 0.5, 0.25))  # non-finite cells: grey
+    ax.imshow(np.ma.masked_invalid(rows), cmap=masked, norm=norm, interpolation="nearest")
     _matrix_axes(ax, shape, labels, title=title, every=every)  # type: ignore[arg-type]
     ax.tick_params(length=3)
     fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.8)
@@ -435,14 +438,18 @@ def bars(
     *,
     ylabel: str,
     title: str | None = None,
+    horizontal: bool = False,
 ) -> Figure:
     """A bar per label, its value written above it (to two decimals, or whole if all are).
 
     Args:
         labels: `n` bar names (tokens, say).
         values: `n` heights.
-        ylabel: y-axis label.
+        ylabel: the value axis' label.
         title: optional title.
+        horizontal: bars left to right, one row per label and its value at the bar's end, in a
+            figure a phone's width (`PHONE`) however many bars: for many bars or long labels,
+            which side by side would need a wider figure than a phone shows unscaled.
 
     Returns:
         The matplotlib `Figure`.
@@ -454,6 +461,12 @@ def bars(
         >>> fig = bars(["the", "cat", "the"], [0.5, 0.2, 0.3], ylabel="weight")
         >>> len(fig.axes[0].patches), [t.get_text() for t in fig.axes[0].get_xticklabels()]
         (3, ['the', 'cat', 'the'])
+        >>> fig = bars(list("abcdefgh"), [1.0] * 8, ylabel="y", horizontal=True)
+        >>> float(fig.get_figwidth()), fig.axes[0].get_yticklabels()[0].get_text()  # PHONE
+        (3.8, 'a')
+        >>> fig = bars(["a"], [1.0], ylabel="y", title="ones", horizontal=True)
+        >>> 'aria-label="ones"' in svg(fig)  # the title is the figure's, over the labels too
+        True
     """
     from matplotlib.figure import Figure
 
@@ -463,19 +476,31 @@ def bars(
     if len(labels) != len(values):
         raise ValueError(f"expected {len(labels)} values (one per label), got {len(values)}")
     with _rc_context():
-        fig = Figure(figsize=(max(4.5, 1.5 + 0.8 * len(labels)), 3.8), layout="constrained")
+        n = len(labels)
+        size = (PHONE, 1.4 + 0.4 * n) if horizontal else (max(4.5, 1.5 + 0.8 * n), 3.8)
+        fig = Figure(figsize=size, layout="constrained")
         ax = fig.add_subplot()
         # One bar per position, labelled afterwards: categorical x values would draw a
         # repeated token ("the cat the") twice at one place.
-        positions = range(len(values))
-        container = ax.bar(positions, values, color="#5b8def")
-        ax.set_xticks(positions, _literal(labels))
+        positions = range(n)
         whole = all(v.is_integer() for v in values)  # 512 KiB, not 512.00
-        ax.bar_label(container, fmt="%.0f" if whole else "%.2f", fontsize=9)
-        ax.set_ylabel(ylabel)
-        ax.tick_params(axis="x", rotation=45 if len(labels) > 6 else 0)
-        ax.spines[["top", "right"]].set_visible(False)
-        if title is not None:
+        if horizontal:
+            container = ax.barh(positions, values, color="#5b8def")
+            ax.set_yticks(positions, _literal(labels))
+            ax.set_ylim(n - 0.5, -0.5)  # the first label on top, as it reads
+            ax.set_xlabel(ylabel)
+            ax.margins(x=0.15)  # room for the value after the longest bar
+            ax.spines[["top", "right"]].set_visible(False)
+        else:
+            container = ax.bar(positions, values, color="#5b8def")
+            ax.set_xticks(positions, _literal(labels))
+            ax.set_ylabel(ylabel)
+            ax.tick_params(axis="x", rotation=45 if n > 6 else 0)
+            ax.spines[["top", "right"]].set_visible(False)
+        ax.bar_label(container, fmt="%.0f" if whole else "%.2f", fontsize=9, padding=2)
+        if title is not None and horizontal:
+            fig.suptitle(title)  # over the labels too: the axes alone are narrow
+        elif title is not None:
             ax.set_title(title)
     return fig
 
@@ -533,6 +558,7 @@ def svg(fig: Figure) -> str:
     text = re.sub(r'href="#([^"]+)"', rf'href="#{prefix}\1"', text)
     aria = ""
     axes_titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    axes_titles = [fig.get_suptitle()] if fig.get_suptitle() else axes_titles
     if axes_titles:
         aria = f' aria-label="{escape(axes_titles[0])}"'
     root = f'<svg class="attention-figure" role="img"{aria} style="{_SVG_STYLE}" '

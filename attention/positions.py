@@ -14,8 +14,10 @@ Two ways to tell it where each token is:
   pair sits:
 
 $$
-\langle R_{m\theta}\, q,\; R_{n\theta}\, k \rangle = \langle q,\; R_{(n - m)\theta}\, k \rangle,
-\qquad \theta_i = \text{base}^{-2i/d_h},\; i = 0, \dots, d_h/2 - 1 .
+\begin{gathered}
+\langle R_{m\theta}\, q,\; R_{n\theta}\, k \rangle = \langle q,\; R_{(n - m)\theta}\, k \rangle, \\
+\theta_i = \text{base}^{-2i/d_h},\; i = 0, \dots, d_h/2 - 1 .
+\end{gathered}
 $$
 
 Which dimensions form a pair is a convention: *rotate-half* (Llama, Hugging Face) pairs
@@ -54,8 +56,10 @@ def sinusoidal_positions(num_tokens: int, d_model: int, base: float = 10000.0) -
     r"""The fixed position vectors of *Attention Is All You Need*, one row per position.
 
     $$
-    P_{t, 2i} = \sin(t\, \theta_i), \qquad P_{t, 2i+1} = \cos(t\, \theta_i), \qquad
+    \begin{gathered}
+    P_{t, 2i} = \sin(t\, \theta_i), \qquad P_{t, 2i+1} = \cos(t\, \theta_i), \\
     \theta_i = \text{base}^{-2i/d}.
+    \end{gathered}
     $$
 
     Args:
@@ -177,10 +181,12 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     For the pair $(x_i, x_{i + d_h/2})$ at position $m$:
 
     $$
-    \begin{pmatrix} x_i' \\ x_{i+d_h/2}' \end{pmatrix} =
-    \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\ \sin m\theta_i & \cos m\theta_i
+    \begin{aligned}
+    & \begin{pmatrix} x_i' \\ x_{i+d_h/2}' \end{pmatrix} \\
+    & \quad = \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\ \sin m\theta_i & \cos m\theta_i
     \end{pmatrix}
     \begin{pmatrix} x_i \\ x_{i+d_h/2} \end{pmatrix},
+    \end{aligned}
     $$
 
     that is `x * cos + rotate_half(x) * sin`.

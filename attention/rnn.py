@@ -19,9 +19,11 @@ here, which are otherwise the same network ([`Seq2Seq`][attention.rnn.Seq2Seq]):
   their weighted sum ([`AdditiveAttention`][attention.rnn.AdditiveAttention]):
 
 $$
-e_{t,i} = v^\top \tanh(W s_{t-1} + U h_i), \qquad
-\alpha_{t,i} = \frac{\exp e_{t,i}}{\sum_{j=1}^{n} \exp e_{t,j}}, \qquad
-c_t = \sum_{i=1}^{n} \alpha_{t,i} h_i .
+\begin{aligned}
+e_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
+\alpha_{t,i} &= \frac{\exp e_{t,i}}{\sum_{j=1}^{n} \exp e_{t,j}}, \\
+c_t &= \sum_{i=1}^{n} \alpha_{t,i} h_i .
+\end{aligned}
 $$
 
 Both decoders then run the same step,
@@ -84,9 +86,11 @@ class AdditiveAttention(nn.Module):
     r"""Bahdanau's additive attention: score every encoder state against the decoder's state.
 
     $$
-    e_{t,i} = v^\top \tanh(W s_{t-1} + U h_i), \qquad
-    \alpha_t = \operatorname{softmax}(e_t), \qquad
-    c_t = \sum_i \alpha_{t,i} h_i .
+    \begin{aligned}
+    e_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
+    \alpha_t &= \operatorname{softmax}(e_t), \\
+    c_t &= \sum_i \alpha_{t,i} h_i .
+    \end{aligned}
     $$
 
     The score is a one-hidden-layer network of the query $s_{t-1}$ and the key $h_i$ (hence
@@ -182,8 +186,10 @@ class Seq2Seq(nn.Module):
     $$
 
     $$
-    s_t = \operatorname{GRU}([\,E_\text{tgt}[y_{t-1}]; c_t\,], s_{t-1}), \qquad
-    p(y_t) = \operatorname{softmax}(W_o [\,s_t; c_t\,]).
+    \begin{aligned}
+    s_t &= \operatorname{GRU}([\,E_\text{tgt}[y_{t-1}]; c_t\,], s_{t-1}), \\
+    p(y_t) &= \operatorname{softmax}(W_o [\,s_t; c_t\,]).
+    \end{aligned}
     $$
 
     The two variants share every other layer and size; the plain one simply has no

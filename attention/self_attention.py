@@ -3,8 +3,10 @@ r"""Chapter 4: self-attention with trainable query, key and value projections.
 Each token now plays three roles through three learned matrices:
 
 $$
-Q = X W_q, \qquad K = X W_k, \qquad V = X W_v, \qquad
-Z = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V.
+\begin{aligned}
+Q &= X W_q, \quad K = X W_k, \quad V = X W_v, \\
+Z &= \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V.
+\end{aligned}
 $$
 
 Queries and keys meet in a dot product, so they must share a width $d_k$; values are only
@@ -26,8 +28,10 @@ class SelfAttentionV1(nn.Module):
     r"""Self-attention with weight matrices as raw `nn.Parameter`s, initialised uniform in [0, 1).
 
     $$
-    Z = \operatorname{softmax}\!\left(\frac{(X W_q)(X W_k)^\top}{\sqrt{d_k}}\right) X W_v,
-    \qquad W_q, W_k, W_v \in \mathbb{R}^{d_\text{in} \times d_\text{out}}.
+    \begin{gathered}
+    Z = \operatorname{softmax}\!\left(\frac{(X W_q)(X W_k)^\top}{\sqrt{d_k}}\right) X W_v, \\
+    W_q, W_k, W_v \in \mathbb{R}^{d_\text{in} \times d_\text{out}}.
+    \end{gathered}
     $$
 
     Args:

@@ -8,7 +8,7 @@ what it has written, then **cross-attention**: its queries come from the decoder
 values from the memory,
 
 $$
-Q = X_\text{dec} W_q, \qquad K = M W_k, \qquad V = M W_v,
+Q = X_\text{dec} W_q, \quad K = M W_k, \quad V = M W_v,
 $$
 
 $$

@@ -77,7 +77,7 @@ def kv_cache_bytes(
 ) -> int:
     """Bytes of keys and values a model keeps for `num_tokens` tokens of `batch` sequences.
 
-    Its windowed layers keep $\min(T, w)$ tokens, the others all $T$.
+    Its windowed layers keep $\\min(T, w)$ tokens, the others all $T$.
 
     Args:
         shape: the model.

@@ -13,9 +13,11 @@ The pipeline a GPT runs before its first attention layer, as in the book's chapt
    ([`TokenAndPositionEmbedding`][attention.text.TokenAndPositionEmbedding]):
 
 $$
-x^{(t)} = E_{\text{tok}}[\,\mathrm{id}_t\,] + E_{\text{pos}}[\,t\,], \qquad
+\begin{gathered}
+x^{(t)} = E_{\text{tok}}[\,\mathrm{id}_t\,] + E_{\text{pos}}[\,t\,], \\
 E_{\text{tok}} \in \mathbb{R}^{V \times d_{in}},\;
 E_{\text{pos}} \in \mathbb{R}^{\text{context\_length} \times d_{in}}.
+\end{gathered}
 $$
 
 The BPE ranks ship with the package (`attention/data/gpt2.tiktoken`, MIT, from OpenAI's
@@ -402,8 +404,10 @@ class TokenAndPositionEmbedding(nn.Module):
     r"""Token ids to input vectors: token embedding plus absolute position embedding.
 
     $$
-    x^{(t)} = E_{\text{tok}}[\,\mathrm{id}_t\,] + E_{\text{pos}}[\,t\,], \qquad
+    \begin{gathered}
+    x^{(t)} = E_{\text{tok}}[\,\mathrm{id}_t\,] + E_{\text{pos}}[\,t\,], \\
     t = 0, \dots, \text{num\_tokens} - 1,
+    \end{gathered}
     $$
 
     as in GPT-2 and the book: the same token gets the same $E_{\text{tok}}$ row wherever it

@@ -182,13 +182,13 @@ def chunk_mask(
     [`visible`][attention.visibility.visible] for these positions.
 
     Args:
-        start: $L$, the tokens before the chunk (the cache's length).
+        start: $S$, the tokens before the chunk (the cache's length).
         num_tokens: $T$, the chunk's queries.
         rule: the layer's rule; default causal, no window.
         device: where to build it.
 
     Returns:
-        `(T, L + T)`.
+        `(T, S + T)`.
 
     Examples:
         >>> chunk_mask(3, 2)  # queries at 3 and 4 over keys 0..4: the bottom-right triangle

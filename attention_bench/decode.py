@@ -4,7 +4,8 @@ Decoding one token at batch $b$ reads every weight once and every cached key and
 and does little arithmetic with each number read; it waits for memory. Its limit is
 
 $$
-\text{tokens/s} \le b \cdot \frac{R}{\text{bytes of the weights} + \text{bytes of the cache}},
+\text{tokens/s} \le b \cdot \frac{R}{\begin{array}{c} \text{bytes of the weights} \\
+{} + \text{bytes of the cache} \end{array}},
 $$
 
 with $R$ the machine's read bandwidth ([`roof`][attention_bench.measuring.roof]: the fastest

@@ -6,10 +6,12 @@ $h$ query heads of width $d_h$ ($h d_h = d_\text{out}$) and $h_{kv}$ key/value h
 costs
 
 $$
-F = \underbrace{2 b T d_\text{in} d_\text{out}}_{W_q}
-+ \underbrace{2 \cdot 2 b T d_\text{in} d_{kv}}_{W_k, W_v}
-+ \underbrace{2 b T d_\text{out}^2}_{W_o}
+\begin{aligned}
+F = {} & \underbrace{2 b T d_\text{in} d_\text{out}}_{W_q}
++ \underbrace{2 \cdot 2 b T d_\text{in} d_{kv}}_{W_k, W_v} \\
+& + \underbrace{2 b T d_\text{out}^2}_{W_o}
 + \underbrace{4 b P d_\text{out}}_{Q K^\top \text{ and } \alpha V},
+\end{aligned}
 $$
 
 where $P$ counts the (query, key) pairs each head multiplies: $T^2$ without a mask, $T^2/2$

@@ -60,8 +60,10 @@ class SDPAReference(nn.Module):
     r"""The minimal causal multi-head attention on the fused kernel: what ours must match.
 
     $$
-    \text{out} = \big[\operatorname{SDPA}(Q^{(i)}, K^{(i)}, V^{(i)},
-    \text{is\_causal})\big]_{i=1}^{h} W_o + b_o
+    \begin{aligned}
+    \text{out} = \big[\operatorname{SDPA}( & Q^{(i)}, K^{(i)}, V^{(i)}, \\
+    & \text{is\_causal})\big]_{i=1}^{h} W_o + b_o
+    \end{aligned}
     $$
 
     with three separate projections (like the production module, so both do the same work).

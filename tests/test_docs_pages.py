@@ -88,6 +88,50 @@ def test_executed_blocks_are_short(page: Path) -> None:
     assert long == []
 
 
+COLUMN = 82
+"""Characters of code a page's column shows at 1280 px: a longer line scrolls sideways."""
+
+FENCE = re.compile(
+    r"^(?P<indent> *)```python(?P<options>[^\n]*)\n(?P<code>.*?)^(?P=indent)```$", re.M | re.S
+)
+
+
+def long_shown_lines(page: Path, limit: int = COLUMN) -> list[str]:
+    """`path:line: N characters` for each shown code line longer than `limit`: the lines of
+    plain python blocks and of executed blocks with `source=`. A hidden block's code (exec
+    without `source=`) and every block's output are not checked."""
+    text = page.read_text(encoding="utf-8")
+    name = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page.name
+    long = []
+    for match in FENCE.finditer(text):
+        if 'exec="1"' in match["options"] and "source=" not in match["options"]:
+            continue
+        first = text.count("\n", 0, match.start("code")) + 1
+        for number, line in enumerate(match["code"].splitlines(), first):
+            width = len(line.removeprefix(match["indent"]))
+            if width > limit:
+                long.append(f"{name}:{number}: {width} characters")
+    return long
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_shown_code_lines_fit_the_column(page: Path) -> None:
+    """Shown code is wrapped to the column (brackets, shorter names, split statements), so
+    that no line hides its end past the edge; hidden code and printed output may be wider."""
+    assert long_shown_lines(page) == []
+
+
+def test_the_width_check_skips_hidden_code_and_counts_from_the_fence(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    wide = "x = " + "1 + " * 19 + "1.0"  # 83 characters, one more than the column
+    page.write_text(
+        f'Text {wide}\n\n```python exec="1" session="s"\n{wide}\n```\n\n'
+        f'```python exec="1" source="block" result="text" session="s"\nx = 1\n{wide}\n```\n\n'
+        f"!!! note\n    ```python\n    {wide[:82]}\n    {wide}\n    ```\n"
+    )
+    assert long_shown_lines(page) == ["page.md:9: 83 characters", "page.md:15: 83 characters"]
+
+
 def test_no_control_characters_in_pages_or_docstrings() -> None:
     """A `\\t` or `\\b` written through a non-raw string turns `\\text` or `\\big` into a tab or a
     backspace: MathJax then shows an input error that the strict build does not catch."""

@@ -10,6 +10,9 @@
 # $$\omega_{qi} = x^{(q)} \cdot x^{(i)}, \qquad
 #   \alpha_{qi} = \frac{\exp \omega_{qi}}{\sum_j \exp \omega_{qj}}, \qquad
 #   z^{(q)} = \sum_i \alpha_{qi}\, x^{(i)}$$
+#
+# The superscripts count tokens from 1, as the book prints them ($x^{(1)}$ is "Your"); the code
+# counts rows from 0, so $x^{(i)}$ is `inputs[i - 1]`.
 
 # %%
 import torch

@@ -99,7 +99,8 @@ HTML(
 # "Your" can only attend to itself, with weight 1. In
 # `CausalAttention(3, 2, context_length=6, dropout=0.5)` in training mode, its context vector
 # can therefore only be one of two vectors. Which two? Check it over 2 000 forward passes and
-# count how often each occurs. Then check that eval mode always returns $v^{(1)}$.
+# count how often each occurs. Then check that eval mode always returns $v^{(1)}$, the value
+# vector of "Your" (token 1 in the book's counting from 1, row 0 in the code's).
 
 # %%
 # Solution
