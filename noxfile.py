@@ -140,6 +140,8 @@ def install_docs(session: nox.Session) -> None:
     """torch, then the package with the `docs` extra (mkdocs-material, markdown-exec, ...)."""
     install_torch(session)
     session.install("-e", ".[docs]")
+    # the build runs the explorer's forward in Chromium (docs/hooks/explorer.py)
+    session.env["ATTENTION_CHROMIUM"] = chromium(session)
     # Two end-of-life notices printed by dependencies (Material's, and properdocs' pulled in by
     # a plugin): silenced so a maintainer sees the build's own warnings (docs/maintainers.md).
     session.env["NO_MKDOCS_2_WARNING"] = "1"

@@ -1,278 +1,327 @@
-r"""The attention explorer: a GPT's scores, computed at build time, softmaxed in the browser.
+r"""The attention explorer: a trained GPT, run in the reader's browser, checked against PyTorch.
 
-[`explorer_data`][attention.explorer.explorer_data] runs a
-[`GPTModel`][attention.gpt.GPTModel] on a few named sentences and keeps, for every layer and
-head, the scaled scores $S = QK^\top/\sqrt{d_h}$ *before* the mask and the softmax
-([`model_scores`][attention.heads.model_scores]), rounded to `decimals` places.
-[`explorer_html`][attention.explorer.explorer_html] embeds them in a page as JSON, and the
-site's `docs/javascripts/explorer.js` draws them. The browser computes one step only,
+[`explorer_html`][attention.explorer.explorer_html] ships a
+[`GPTModel`][attention.gpt.GPTModel] to a page: its weights as one float32 file, and its
+configuration and vocabulary as JSON. The site's `docs/javascripts/explorer.js` holds a forward
+pass written for this model (LayerNorm, RoPE or learned positions, grouped heads, the
+feed-forward, the vocabulary head), and runs it on whatever the reader types. Every head
+computes
 
 $$
-\alpha = \operatorname{softmax}\!\left(\frac{S}{\tau} + M\right),
+\alpha = \operatorname{softmax}\!\left(\frac{Q K^\top}{\tau \sqrt{d_h}} + M\right),
 $$
 
-at the temperature $\tau$ the reader picks, with the causal mask $M$ ($-\infty$ above the
-diagonal, and beyond the window if the model has one) or without it.
-[`explorer_weights`][attention.explorer.explorer_weights] is that step in Python: at
-$\tau = 1$ with the mask it gives back
-[`model_weights`][attention.heads.model_weights], to the rounding.
+with the temperature $\tau$ and the mask $M$ the reader picks
+([`Settings`][attention.explorer.Settings]: causal, a window, a window with sinks, or two
+documents), and heads may be knocked out.
+[`reference`][attention.explorer.reference] is the same computation by the package's own
+modules: the site's build runs the browser's forward in headless Chromium on sequences it
+chose and on random ones, and fails unless logits and weights agree within `TOLERANCE` of its
+float32 answer and `EXACT` of its float64 one.
 
 Examples:
-    >>> from attention.heads import model_weights
     >>> _ = torch.manual_seed(0)
     >>> cfg = {"vocab_size": 10, "context_length": 8, "emb_dim": 16, "n_heads": 2,
-    ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}
+    ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10000.0}
     >>> model = GPTModel(cfg).eval()
+    >>> meta, blob = export_model(model, [f"t{i}" for i in range(10)])
+    >>> meta["n_layers"], meta["n_heads"], meta["rope_base"], len(blob) == 4 * meta["floats"]
+    (2, 2, 10000.0, True)
+    >>> meta["tensors"]["tok_emb.weight"]  # [offset, shape] in float32s
+    [0, [10, 16]]
     >>> idx = torch.tensor([[1, 2, 3, 1, 2, 3]])  # (1, T)
-    >>> data = explorer_data(model, {"one two three, twice": idx}, lambda ids: ids.tolist())
-    >>> data["n_layers"], data["n_heads"], data["causal"], data["sentences"][0]["tokens"]
-    (2, 2, True, ['1', '2', '3', '1', '2', '3'])
-    >>> browser = explorer_weights(data, "one two three, twice")  # (n_layers, n_heads, T, T)
-    >>> exact = model_weights(model, idx)[:, 0]  # (n_layers, n_heads, T, T)
-    >>> bool((browser - exact).abs().max() < 1e-3)  # equal to the rounding of the scores
-    True
-    >>> explorer_html(data).startswith('<div class="attention-explorer" data-attention-explorer')
-    True
+    >>> logits, weights = reference(model, idx, Settings(mask="window", window=2))
+    >>> logits.shape, weights.shape  # (T, V), (n_layers, n_heads, T, T)
+    (torch.Size([6, 10]), torch.Size([2, 2, 6, 6]))
+    >>> float(weights[0, 0, 5, :4].sum())  # a window of 2: keys 4 and 5 only
+    0.0
 """
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attention.checks import check_flag, check_ids, check_size
-from attention.gpt import GPTModel
-from attention.heads import model_scores
-from attention.multihead import MultiHeadAttention
+from attention.checks import check_ids, check_size
+from attention.gpt import GPTModel, TransformerBlock
+from attention.heads import ablate_head, model_weights
+from attention.visibility import Visibility
 
-__all__ = ["MAX_TOKENS", "explorer_data", "explorer_html", "explorer_weights"]
+__all__ = [
+    "EXACT",
+    "MASKS",
+    "TOLERANCE",
+    "Published",
+    "Settings",
+    "check_cases",
+    "explorer_html",
+    "export_model",
+    "published",
+    "reference",
+]
 
-MAX_TOKENS = 48
-"""The longest sentence the explorer takes: its heatmap draws one cell per query and key."""
+TOLERANCE = 1e-4
+"""The most the browser's weights may differ from PyTorch's float32 ones, and its logits
+relative to their size (at least 1): the browser computes in float64, PyTorch in float32."""
+
+EXACT = 1e-9
+"""The most the browser's logits and weights may differ from PyTorch's in float64 (the same
+float32 weights, turned into float64): only the order of the additions differs."""
+
+MASKS = ("causal", "window", "sinks", "documents")
+"""The masks the explorer offers: causal; a window; a window and its sinks; two documents."""
 
 _FALLBACK = (
-    "The attention explorer needs JavaScript, which is turned off or did not load: "
-    "its controls and heatmap are drawn in the browser."
+    "The attention explorer needs JavaScript, which is turned off or did not load: the model "
+    "runs in the browser."
 )
 
-Labels = Callable[[Tensor], Sequence[Any]] | Mapping[str, Sequence[Any]]
 
-
-def explorer_data(
-    model: GPTModel,
-    sentences: Mapping[str, Tensor],
-    labels: Labels,
-    *,
-    decimals: int = 3,
-) -> dict[str, Any]:
-    """The scores of every layer and head of `model` on each sentence, as JSON-ready data.
+@dataclass(frozen=True)
+class Settings:
+    """What the reader chose: the mask, the temperature, and the heads knocked out.
 
     Args:
-        model: a `GPTModel`; its causal mask (and window) is what the explorer's mask
-            checkbox applies.
-        sentences: named token ids, each `(1, num_tokens)` with `2 <= num_tokens <=`
-            [`MAX_TOKENS`][attention.explorer.MAX_TOKENS] and at most the model's
-            `context_length`; shown in this order.
-        labels: each token's text: a function from a sentence's 1-d ids to one label per
-            token (e.g. `InductionRun.labels`), or a mapping from each name to its labels.
-            Labels are converted with `str`.
-        decimals: the scores are rounded to this many decimal places (1 to 6); with the
-            default 3, each is within 0.0005 of the model's, and each weight at temperature 1
-            within about 0.001 of the exact one.
-
-    Returns:
-        A dict of plain lists, numbers and strings (`json.dumps` takes it as it is):
-        `n_layers`, `n_heads`, `causal` (whether the model masks the future: every
-        `GPTModel` does), `window` (its sliding window, or None), `decimals`, and
-        `sentences`, a list of `{"name", "tokens", "scores"}` with `tokens` the
-        `num_tokens` labels and `scores` nested lists `(n_layers, n_heads, num_tokens,
-        num_tokens)`: entry `[l][h][i][j]` is query `i`'s scaled score for key `j`, unmasked.
+        mask: one of [`MASKS`][attention.explorer.MASKS].
+        window: with `"window"` and `"sinks"`, the keys a query sees: its last `window`.
+        sinks: with `"sinks"`, the first `sinks` positions, always visible.
+        split: with `"documents"`, where the second document starts (tokens before it are
+            the first document; none sees the other's).
+        temperature: $\\tau > 0$, dividing every head's scores.
+        ablate: the `(layer, head)` pairs knocked out: their context vectors are zeroed.
 
     Raises:
-        TypeError: `model` is not a `GPTModel`, `sentences` not a mapping of str to tensors,
-            `labels` neither callable nor a mapping, a label list not a sequence, or
-            `decimals` not an int.
-        ValueError: no sentences, an empty name, ids not `(1, num_tokens)` of the model's
-            vocabulary, too few or too many tokens, a label count that is not `num_tokens`, a
-            name missing from `labels`, or `decimals` outside 1 to 6.
+        ValueError: an unknown mask, a size below 1 (`sinks`, `split`: below 0), or a
+            temperature that is not a finite number above 0.
+    """
+
+    mask: str = "causal"
+    window: int = 4
+    sinks: int = 1
+    split: int = 0
+    temperature: float = 1.0
+    ablate: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mask not in MASKS:
+            raise ValueError(f"mask must be one of {MASKS}, got {self.mask!r}")
+        check_size("window", self.window)
+        check_size("sinks", self.sinks, minimum=0)
+        check_size("split", self.split, minimum=0)
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+            raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
+
+    def rule(self) -> Visibility:
+        """The layers' visibility rule under this mask (documents: causal, plus the ids)."""
+        window = self.window if self.mask in ("window", "sinks") else None
+        return Visibility(causal=True, window=window, sinks=self.sinks * (self.mask == "sinks"))
+
+    def document_ids(self, num_tokens: int) -> Tensor | None:
+        """`(1, num_tokens)`: 0 before `split`, 1 from it; None unless the mask is documents."""
+        if self.mask != "documents":
+            return None
+        return (torch.arange(num_tokens) >= self.split).long()[None]
+
+
+def _blocks(model: GPTModel) -> list[TransformerBlock]:
+    return list(model.trf_blocks)  # type: ignore[arg-type]
+
+
+def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any], bytes]:
+    """The model's configuration and its weights, as the browser's forward reads them.
+
+    Args:
+        model: a `GPTModel` in float32 or float64 (sent as float32): learned or rotary
+            positions, any heads and key/value heads, any bias; no learned sink logits.
+        vocab: the text of each token id, `vocab_size` strings.
+
+    Returns:
+        `(meta, blob)`: `meta` a JSON-ready dict (`n_layers`, `n_heads`, `n_kv_heads`,
+        `head_dim`, `emb_dim`, `vocab_size`, `context_length`, `rope_base` or None, `eps`,
+        `vocab`, `floats`, and `tensors`: each state-dict name's `[offset, shape]` in
+        float32s); `blob` the tensors, float32 little-endian, one after another.
+
+    Raises:
+        TypeError: `model` is not a `GPTModel`, `vocab` not a sequence of strings.
+        ValueError: `vocab` of the wrong length, or a model the browser cannot run.
     """
     if not isinstance(model, GPTModel):
         raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
-    if not isinstance(sentences, Mapping):
-        raise TypeError(
-            f"sentences must be a mapping of names to token ids, got {type(sentences).__name__}"
-        )
-    if not sentences:
-        raise ValueError("sentences must hold at least one named sentence, got none")
-    if not (callable(labels) or isinstance(labels, Mapping)):
-        raise TypeError(
-            "labels must be a function of the ids or a mapping of names to labels, "
-            f"got {type(labels).__name__}"
-        )
-    check_size("decimals", decimals)
-    if decimals > 6:
-        raise ValueError(f"decimals must be in 1 .. 6, got {decimals}")
-    atts = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]  # one per layer
-    causal, window = bool(atts[0].causal), atts[0].window
-    if any(att.rule != atts[0].rule for att in atts):
-        raise ValueError("every layer of model must have the same causal mask and window")
-    out: list[dict[str, Any]] = []
-    for name, idx in sentences.items():
-        tokens = _labels(name, _ids(model, name, idx), labels)
-        scores = model_scores(model, idx)[:, 0]  # (n_layers, n_heads, T, T)
-        rounded = torch.round(scores.double(), decimals=decimals) + 0.0  # + 0.0: no -0.0
-        hidden = atts[0].mask(len(tokens))  # (T, T), the layers' one rule: True = hidden
-        rows = ["".join("1" if h else "0" for h in row) for row in hidden.tolist()]
-        out.append({"name": name, "tokens": tokens, "scores": rounded.tolist(), "hidden": rows})
-    return {
-        "n_layers": len(atts),
-        "n_heads": atts[0].num_heads,
-        "causal": causal,
-        "window": window,
-        "decimals": decimals,
-        "sentences": out,
-    }
+    if isinstance(vocab, str) or not all(isinstance(v, str) for v in vocab):
+        raise TypeError("vocab must be a sequence of token strings")
+    if len(vocab) != model.vocab_size:
+        raise ValueError(f"vocab must hold vocab_size={model.vocab_size} strings, got {len(vocab)}")
+    att = _blocks(model)[0].att
+    if any(b.att.sink_logits is not None or b.att.rule != att.rule for b in _blocks(model)):
+        raise ValueError("the browser runs blocks of one visibility rule, without sink logits")
+    tensors, chunks, offset = {}, [], 0
+    for name, tensor in model.state_dict().items():
+        flat = tensor.detach().to("cpu", torch.float32).contiguous().flatten()
+        tensors[name] = [offset, list(tensor.shape)]
+        chunks.append(flat.numpy().astype("<f4").tobytes())
+        offset += flat.numel()
+    meta = {
+        "n_layers": len(_blocks(model)), "n_heads": att.num_heads,
+        "n_kv_heads": att.num_kv_heads, "head_dim": att.head_dim,
+        "emb_dim": model.tok_emb.embedding_dim, "vocab_size": model.vocab_size,
+        "context_length": model.context_length,
+        "rope_base": None if att.rotary is None else float(att.rotary.base),
+        "eps": model.final_norm.eps, "vocab": list(vocab), "floats": offset, "tensors": tensors,
+    }  # fmt: skip
+    return meta, b"".join(chunks)
 
 
-def _ids(model: GPTModel, name: object, idx: object) -> Tensor:
-    """Check one sentence's name and ids: `(1, T)` ids of `model`'s vocabulary, 2 <= T <= cap."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"each sentence name must be a non-empty str, got {name!r}")
-    if not isinstance(idx, Tensor):
-        raise TypeError(f"sentences[{name!r}] must be a torch.Tensor, got {type(idx).__name__}")
-    check_ids(idx, f"sentences[{name!r}]", model.vocab_size, device=model.tok_emb.weight.device)
-    if idx.ndim != 2 or idx.shape[0] != 1:
-        raise ValueError(
-            f"sentences[{name!r}] must be ids of shape (1, num_tokens), got {tuple(idx.shape)}"
-        )
-    limit = min(MAX_TOKENS, model.context_length)
-    if not 2 <= idx.shape[1] <= limit:
-        raise ValueError(
-            f"sentences[{name!r}] must have 2 to {limit} tokens (the explorer draws a "
-            f"(num_tokens, num_tokens) heatmap; MAX_TOKENS={MAX_TOKENS}, the model's "
-            f"context_length={model.context_length}), got {idx.shape[1]}"
-        )
-    return idx
+@contextmanager
+def _settings(model: GPTModel, settings: Settings) -> Iterator[None]:
+    """Inside: every layer masks by `settings`' rule, its queries scaled by 1 / temperature
+    (RoPE is linear: the scores divide by it), and the ablated heads write nothing."""
+    blocks = _blocks(model)
+    rules = [b.att.rule for b in blocks]
+    queries = [(q.weight.data, None if q.bias is None else q.bias.data)  # the tensors kept
+               for q in (b.att.W_query for b in blocks)]  # fmt: skip
+    with ExitStack() as stack:
+        for block in blocks:
+            block.att.rule = settings.rule()
+            weight, bias = block.att.W_query.weight, block.att.W_query.bias
+            weight.data = weight.data / settings.temperature
+            if bias is not None:
+                bias.data = bias.data / settings.temperature
+        for layer, head in settings.ablate:
+            stack.enter_context(ablate_head(model, layer, head))
+        try:
+            yield
+        finally:
+            for block, rule, (kept, kept_bias) in zip(blocks, rules, queries, strict=True):
+                block.att.rule = rule
+                block.att.W_query.weight.data = kept
+                if kept_bias is not None:
+                    block.att.W_query.bias.data = kept_bias
 
 
-def _labels(name: str, idx: Tensor, labels: Labels) -> list[str]:
-    """The labels of one sentence, as strings, one per token."""
-    if isinstance(labels, Mapping):
-        if name not in labels:
-            raise ValueError(f"labels has no entry for sentence {name!r}")
-        found = labels[name]
-    else:
-        found = labels(idx[0])
-    if isinstance(found, str | bytes) or not isinstance(found, Sequence):
-        raise TypeError(
-            f"the labels of {name!r} must be a sequence of token strings, got {found!r:.40}"
-        )
-    if len(found) != idx.shape[1]:
-        raise ValueError(
-            f"the labels of {name!r} must be one per token ({idx.shape[1]}), got {len(found)}"
-        )
-    return [str(label) for label in found]
-
-
-def explorer_weights(
-    data: Mapping[str, Any],
-    sentence: int | str = 0,
-    *,
-    temperature: float = 1.0,
-    causal: bool | None = None,
-) -> Tensor:
-    r"""What the browser computes from `data`: $\operatorname{softmax}(S/\tau + M)$, in Python.
+def reference(
+    model: GPTModel, idx: Tensor, settings: Settings | None = None
+) -> tuple[Tensor, Tensor]:
+    """What the browser must compute for `idx` under `settings`, by the package's modules.
 
     Args:
-        data: from [`explorer_data`][attention.explorer.explorer_data].
-        sentence: the sentence's position or name.
-        temperature: $\tau > 0$; below 1 sharpens each row, above 1 flattens it.
-        causal: apply the model's mask; default `data["causal"]`, as the page starts.
+        model: a `GPTModel` (its own rule is set aside for the duration: `settings` decides).
+        idx: `(1, num_tokens)` token ids.
+        settings: the reader's choices; default `Settings()` (causal, temperature 1).
 
     Returns:
-        `(n_layers, n_heads, num_tokens, num_tokens)` float64 weights; each row sums to 1.
-
-    Raises:
-        TypeError: `temperature` is not a real number, `causal` not a bool.
-        ValueError: `temperature` not positive and finite, or no such sentence.
+        `(logits, weights)`: `(num_tokens, vocab_size)` and `(n_layers, n_heads, num_tokens,
+        num_tokens)`, in the model's dtype.
     """
-    _check_data(data)
-    names = [s["name"] for s in data["sentences"]]
-    if isinstance(sentence, str) and sentence in names:
-        sentence = names.index(sentence)
-    if isinstance(sentence, bool) or not isinstance(sentence, int):
-        raise ValueError(f"sentence must be a position or one of {names}, got {sentence!r}")
-    if not 0 <= sentence < len(names):
-        raise ValueError(f"sentence must be in 0 .. {len(names) - 1}, got {sentence}")
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
-        raise TypeError(f"temperature must be a real number, got {temperature!r}")
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be > 0 and finite, got {temperature}")
-    causal = data["causal"] if causal is None else check_flag("causal", causal)
-    scores = torch.tensor(data["sentences"][sentence]["scores"], dtype=torch.float64)
-    scores = scores / temperature  # (L, H, T, T)
-    if causal:  # the model's own mask, as the page holds it: "1" = hidden
-        rows = data["sentences"][sentence]["hidden"]
-        mask = torch.tensor([[c == "1" for c in row] for row in rows])  # (T, T)
-        scores = scores.masked_fill(mask, float("-inf"))
-    return torch.softmax(scores, dim=-1)
+    settings = Settings() if settings is None else settings
+    check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
+    if idx.ndim != 2 or idx.shape[0] != 1:
+        raise ValueError(f"idx must be (1, num_tokens), got {tuple(idx.shape)}")
+    docs = settings.document_ids(idx.shape[1])
+    with _settings(model, settings), torch.no_grad():
+        logits = model(idx, document_ids=docs)[0]  # (T, V)
+        weights = model_weights(model, idx, docs)[:, 0]  # (L, H, T, T)
+    return logits, weights
 
 
-def _check_data(data: object) -> None:
-    """`data` has the keys and the shape `explorer_data` gives it."""
-    keys = ("n_layers", "n_heads", "causal", "window", "decimals", "sentences")
-    if not isinstance(data, Mapping) or any(key not in data for key in keys):
-        got = sorted(data) if isinstance(data, Mapping) else type(data).__name__
-        raise ValueError(f"data must be explorer_data's dict with keys {keys}, got {got}")
-    sentences = data["sentences"]
-    if not isinstance(sentences, list) or not sentences:
-        raise ValueError("data['sentences'] must be a non-empty list")
-    for s in sentences:
-        n = len(s.get("tokens", ())) if isinstance(s, Mapping) else -1
-        scores = s.get("scores") if isinstance(s, Mapping) else None
-        if not (
-            isinstance(scores, list)
-            and len(scores) == data["n_layers"]
-            and all(len(layer) == data["n_heads"] for layer in scores)
-            and all(len(rows) == n and all(len(r) == n for r in rows) for l in scores for rows in l)
-        ):
-            raise ValueError(
-                "each of data['sentences'] must have 'tokens' (T labels) and 'scores' "
-                f"(n_layers={data['n_layers']}, n_heads={data['n_heads']}, T, T)"
-            )
+def check_cases(
+    model: GPTModel, sequences: Mapping[str, Tensor], num_random: int = 12, seed: int = 0
+) -> list[tuple[Tensor, Settings]]:
+    """The sequences the build checks the browser on: each named one under every mask, and
+    `num_random` random ones (random lengths up to the context, the first as long as it,
+    random masks, temperatures and ablated heads)."""
+    g = torch.Generator().manual_seed(seed)
+    cases = []
+    for idx in sequences.values():
+        split = idx.shape[1] // 2
+        for mask in MASKS:
+            cases.append((idx, Settings(mask=mask, window=3, sinks=1, split=split)))
+    n_layers, n_heads = len(_blocks(model)), _blocks(model)[0].att.num_heads
+    for k in range(num_random):  # the first as long as the context
+        T = int(torch.randint(2, model.context_length + 1, (1,), generator=g))
+        T = model.context_length if k == 0 else T
+        pick = torch.randint(1 << 16, (6,), generator=g).tolist()
+        heads = torch.randperm(n_layers * n_heads, generator=g).tolist()
+        settings = Settings(
+            mask=MASKS[pick[0] % len(MASKS)],
+            window=1 + pick[1] % T,
+            sinks=pick[2] % 3,
+            split=pick[3] % (T + 1),
+            temperature=0.25 * (1 + pick[4] % 12),
+            ablate=tuple(divmod(k, n_heads) for k in heads[: pick[5] % 3]),  # 0 to 2 heads
+        )
+        cases.append((torch.randint(model.vocab_size, (1, T), generator=g), settings))
+    return cases
+
+
+@dataclass
+class Published:
+    """One explorer's weights file, waiting for the site's build to write and check it."""
+
+    path: str
+    """Where the file goes, from the site's root."""
+    data: bytes
+    model: GPTModel
+    cases: list[tuple[Tensor, Settings]]
+
+
+_PUBLISHED: list[Published] = []
+
+
+def published() -> list[Published]:
+    """The files `explorer_html` asked the build to write (the build hook empties the list)."""
+    return _PUBLISHED
 
 
 def explorer_html(
-    data: Mapping[str, Any],
+    model: GPTModel,
+    vocab: Sequence[str],
+    presets: Mapping[str, Tensor],
     *,
+    name: str = "model",
     label: str = "Attention explorer",
-    fallback: str = _FALLBACK,
 ) -> str:
-    """The explorer's element: `data` as embedded JSON, drawn by `docs/javascripts/explorer.js`.
-
-    The script replaces the fallback message with the controls, the heatmap and the token
-    strip; the page fetches nothing.
+    """The explorer's element for a page; the model's weights go to a file beside the page.
 
     Args:
-        data: from [`explorer_data`][attention.explorer.explorer_data].
-        label: the explorer's accessible name (`aria-label`).
-        fallback: the text shown where the script does not run.
+        model: the trained `GPTModel`, in eval mode.
+        vocab: the text of each token id.
+        presets: named `(1, num_tokens)` sequences the reader can start from (the first is
+            shown first); the build also checks the browser on them.
+        name: the weights file's name, before its hash: `explorer/{name}-{hash}.bin`.
+        label: the explorer's accessible name.
 
     Returns:
-        One `<div class="attention-explorer" data-attention-explorer>` holding a
-        `<script type="application/json">` (with `<`, `>` and `&` escaped, so no label can
-        close it) and the fallback paragraph.
+        A `<div class="attention-explorer" data-attention-explorer>` holding the JSON of
+        `export_model`'s meta (the weights file's path in `model`) and the presets, and the
+        text shown where the script does not run.
 
     Raises:
-        ValueError: `data` is not shaped as `explorer_data` returns it.
+        ValueError: no presets, or a preset not `(1, num_tokens)` ids that fit the context.
     """
-    _check_data(data)
+    if not presets:
+        raise ValueError("presets must hold at least one named sequence, got none")
+    for key, idx in presets.items():
+        check_ids(idx, f"presets[{key!r}]", model.vocab_size)
+        if idx.ndim != 2 or idx.shape[0] != 1 or not 1 <= idx.shape[1] <= model.context_length:
+            raise ValueError(f"presets[{key!r}] must be (1, num_tokens) with num_tokens <= "
+                             f"{model.context_length}, got {tuple(idx.shape)}")  # fmt: skip
+    meta, blob = export_model(model, vocab)
+    path = f"explorer/{name}-{hashlib.sha256(blob).hexdigest()[:12]}.bin"
+    _PUBLISHED.append(Published(path, blob, model, check_cases(model, presets)))
+    data = {
+        **meta, "model": path, "masks": list(MASKS), "defaults": asdict(Settings()),
+        "presets": [{"name": k, "ids": v[0].tolist()} for k, v in presets.items()],
+    }  # fmt: skip
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     for char, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):
         payload = payload.replace(char, escaped)
@@ -280,5 +329,5 @@ def explorer_html(
         f'<div class="attention-explorer" data-attention-explorer role="group" '
         f'aria-label="{html.escape(label)}">'
         f'<script type="application/json" class="attention-explorer__data">{payload}</script>'
-        f'<p class="attention-explorer__fallback">{html.escape(fallback)}</p></div>'
+        f'<p class="attention-explorer__fallback">{html.escape(_FALLBACK)}</p></div>'
     )

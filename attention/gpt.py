@@ -5,9 +5,10 @@ same seed it holds the book's weights and prints the book's numbers. Each
 `TransformerBlock` is
 
 $$
-x \leftarrow x + \operatorname{drop}(\operatorname{Attention}(\operatorname{LN}_1(x))),
-\qquad
-x \leftarrow x + \operatorname{drop}(\operatorname{FeedForward}(\operatorname{LN}_2(x))),
+\begin{aligned}
+x &\leftarrow x + \operatorname{drop}(\operatorname{Attention}(\operatorname{LN}_1(x))), \\
+x &\leftarrow x + \operatorname{drop}(\operatorname{FeedForward}(\operatorname{LN}_2(x))),
+\end{aligned}
 $$
 
 and its attention is the production
@@ -45,7 +46,7 @@ from torch import Size, Tensor, nn
 
 from attention.cache import KVCache
 from attention.checks import check_dropout, check_flag, check_ids, check_size, check_tensor
-from attention.multihead import MultiHeadAttention, _run_start
+from attention.multihead import MultiHeadAttention, _check_documents, _run_start
 
 __all__ = [
     "GELU",
@@ -172,18 +173,20 @@ class TransformerBlock(nn.Module):
         segments: Tensor | None = None,
         run_start: Tensor | None = None,
         positions: Tensor | None = None,
+        documents: bool = False,
     ) -> Tensor:
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked its inputs.
 
         `segments` (`(b, T)`, -1 for padding), `run_start` (each row's first token, left
-        padding) and `positions` (each row's own, for RoPE) are given for a padded batch.
+        padding) and `positions` (each row's own, for RoPE) are given for a padded batch;
+        `documents`: the segments are packed documents' ids instead.
         """
         shortcut = x
         x = self.att.attend(
             self.norm1(x),
             cache,
             segments,
-            padding=segments is not None,
+            padding=segments is not None and not documents,
             run_start=run_start,
             positions=positions,
         )[0]  # (b, T, emb_dim)
@@ -242,6 +245,7 @@ class GPTModel(nn.Module):
         caches: list[KVCache] | None = None,
         *,
         attention_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """Logits for the token after each position: `(batch, num_tokens, vocab_size)`.
 
@@ -257,6 +261,8 @@ class GPTModel(nn.Module):
             attention_mask: `(batch, num_tokens)`, 1 (or True) for a token, 0 for padding
                 (Hugging Face's convention): no query attends to padding, and each row's
                 positions count its tokens only. A padded position's logits mean nothing.
+            document_ids: `(batch, num_tokens)` non-negative ints: several documents packed in
+                one row, each attending only within itself (not with caches or a mask).
 
         Raises:
             TypeError: ids or a mask of the wrong type, a cache that is not a `KVCache`.
@@ -274,7 +280,13 @@ class GPTModel(nn.Module):
             attention_mask = check_attention_mask(attention_mask, in_idx.shape, in_idx.device)
             if not bool(attention_mask.all()):
                 self.check_padding_allowed(attention_mask, caches)
-        return self.logits(in_idx, caches, attention_mask=attention_mask)
+        if document_ids is not None:
+            if caches is not None or attention_mask is not None:
+                raise ValueError("document_ids: give them without caches and attention_mask")
+            batch, num_tokens = in_idx.shape
+            _check_documents(document_ids, batch, num_tokens, in_idx.device)
+        return self.logits(in_idx, caches, attention_mask=attention_mask,
+                           document_ids=document_ids)  # fmt: skip
 
     def check_padding_allowed(
         self, attention_mask: Tensor, caches: list[KVCache] | None = None
@@ -356,6 +368,7 @@ class GPTModel(nn.Module):
         *,
         last_only: bool = False,
         attention_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
     ) -> Tensor:
         """The forward's computation, without its checks (for `generate`, and compiling).
 
@@ -365,6 +378,7 @@ class GPTModel(nn.Module):
             last_only: the vocabulary head at the last position only, `(batch, 1,
                 vocab_size)`: all a prefill needs of its logits.
             attention_mask: `(batch, num_tokens)`, 1 for a token, 0 for padding, or None.
+            document_ids: `(batch, num_tokens)` packed documents' ids, or None.
         """
         start = 0 if caches is None else caches[0].length
         positions = self.positions(in_idx.shape[1], start, caches, attention_mask)
@@ -373,9 +387,11 @@ class GPTModel(nn.Module):
         if attention_mask is not None:
             seg = attention_mask.long() - 1  # (b, T): 0 for a token, -1 for padding
             run_start = _run_start(seg < 0) if start == 0 else None  # left padding: (b,)
+        if document_ids is not None:
+            seg = document_ids.long()  # (b, T): each token's document
         for i, block in enumerate(self.trf_blocks):
-            x = block(x, None if caches is None else caches[i], seg, run_start,
-                      positions)  # (b, T, emb_dim)  # fmt: skip
+            x = block(x, None if caches is None else caches[i], seg, run_start, positions,
+                      document_ids is not None)  # (b, T, emb_dim)  # fmt: skip
         if last_only:
             x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)

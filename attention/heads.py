@@ -3,8 +3,10 @@ r"""What trained heads do: attention patterns of a GPT, two head scores, an indu
 Every head of a [`GPTModel`][attention.gpt.GPTModel] computes, for one sequence,
 
 $$
-S = \frac{Q K^\top}{\sqrt{d_h}} \in \mathbb{R}^{T \times T}, \qquad
-\alpha = \operatorname{softmax}(S + M),
+\begin{aligned}
+S &= \frac{Q K^\top}{\sqrt{d_h}} \in \mathbb{R}^{T \times T}, \\
+\alpha &= \operatorname{softmax}(S + M),
+\end{aligned}
 $$
 
 with $M$ the causal mask (and window). [`model_scores`][attention.heads.model_scores]
@@ -55,6 +57,7 @@ from attention.copy_task import _torch_threads
 from attention.core import causal_mask
 from attention.gpt import GPTModel, TransformerBlock
 from attention.text import gpt2_encoding, sample_text
+from attention.visibility import same_segment
 
 __all__ = [
     "InductionRun",
@@ -74,7 +77,7 @@ def _blocks(model: GPTModel) -> list[TransformerBlock]:
     return list(model.trf_blocks)  # type: ignore[arg-type]
 
 
-def model_scores(model: GPTModel, idx: Tensor) -> Tensor:
+def model_scores(model: GPTModel, idx: Tensor, document_ids: Tensor | None = None) -> Tensor:
     r"""The scaled scores $S = QK^\top/\sqrt{d_h}$ of every layer and head, before any mask.
 
     Runs `model` on `idx` once (no gradients), keeps the input each block's attention
@@ -85,6 +88,8 @@ def model_scores(model: GPTModel, idx: Tensor) -> Tensor:
     Args:
         model: a `GPTModel` (any configuration: grouped heads, RoPE, window).
         idx: token ids `(batch, num_tokens)`.
+        document_ids: optional `(batch, num_tokens)` ids of packed documents (the model's
+            `document_ids`): each layer's input is then the documents' own.
 
     Returns:
         `(n_layers, batch, n_heads, num_tokens, num_tokens)`, float32 or the model's dtype;
@@ -107,7 +112,7 @@ def model_scores(model: GPTModel, idx: Tensor) -> Tensor:
     hooks = [block.norm1.register_forward_hook(keep) for block in blocks]
     try:
         with torch.no_grad():
-            model(idx)
+            model(idx, document_ids=document_ids)
             scores = [block.att.scores(x) for block, x in zip(blocks, inputs, strict=True)]
     finally:
         for hook in hooks:
@@ -115,20 +120,24 @@ def model_scores(model: GPTModel, idx: Tensor) -> Tensor:
     return torch.stack(scores)  # (n_layers, b, h, T, T)
 
 
-def model_weights(model: GPTModel, idx: Tensor) -> Tensor:
+def model_weights(model: GPTModel, idx: Tensor, document_ids: Tensor | None = None) -> Tensor:
     r"""The weights $\alpha = \operatorname{softmax}(S + M)$ of every layer and head.
 
     Args:
         model: a `GPTModel`.
         idx: token ids `(batch, num_tokens)`.
+        document_ids: optional `(batch, num_tokens)` ids of packed documents: $M$ also hides
+            every key of another document.
 
     Returns:
         `(n_layers, batch, n_heads, num_tokens, num_tokens)`; each row sums to 1, and is 0
         above the diagonal (and beyond a window).
     """
-    scores = model_scores(model, idx)  # (L, b, h, T, T)
+    scores = model_scores(model, idx, document_ids)  # (L, b, h, T, T)
     masks = [block.att.mask(idx.shape[1], idx.device) for block in _blocks(model)]
     mask = torch.stack(masks)[:, None, None]  # (L, 1, 1, T, T)
+    if document_ids is not None:  # (b, T): hide other documents' keys
+        mask = mask | ~same_segment(document_ids, document_ids)[None]  # (L, b, 1, T, T)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
 
 
@@ -320,6 +329,7 @@ def train_induction(
     lr: float = 3e-3,
     log_every: int = 25,
     num_threads: int | None = 1,
+    context_length: int | None = None,
 ) -> InductionRun:
     """Train a two-layer GPT to continue random tokens that repeat, until an induction head forms.
 
@@ -344,12 +354,16 @@ def train_induction(
         log_every: log the losses and the scores every this many steps.
         num_threads: torch intra-op threads while training (restored afterwards), or None to
             leave the setting: the model is small enough that one thread is fastest.
+        context_length: the longest sequence the trained model takes, at least `2 * n` (the
+            default); with rotary positions nothing is learned per position, so it may
+            exceed what training showed it, and it changes no weight.
 
     Returns:
         An [`InductionRun`][attention.heads.InductionRun].
 
     Raises:
-        ValueError: a size below 1 (`n` below 2), or `lr` not a finite number above 0.
+        ValueError: a size below 1 (`n` below 2), `context_length` below `2 * n`, or `lr`
+            not a finite number above 0.
         FloatingPointError: the loss stopped being finite (the learning rate is too large).
     """
     sizes = {"steps": steps, "n": n, "batch_size": batch_size, "emb_dim": emb_dim,
@@ -359,7 +373,9 @@ def train_induction(
     if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr < math.inf):
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
     vocab = torch.unique(torch.tensor(gpt2_encoding().encode(sample_text())))  # sorted ids
-    cfg = {"vocab_size": len(vocab), "context_length": 2 * n, "emb_dim": emb_dim,
+    context_length = 2 * n if context_length is None else context_length
+    check_size("context_length", context_length, minimum=2 * n)
+    cfg = {"vocab_size": len(vocab), "context_length": context_length, "emb_dim": emb_dim,
            "n_heads": n_heads, "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False,
            "rope_base": 10000.0}  # fmt: skip
     torch.manual_seed(seed)

@@ -144,3 +144,26 @@ def test_footer_says_every_output_was_computed_only_where_a_page_computes(
     assert stamp.startswith('<span class="build-stamp">') and "torch" in stamp
     assert ("Every output on this page was computed" in stamp) is computed
     assert ("This page runs no code" in stamp) is not computed
+
+
+def test_the_explorer_check_fails_on_a_browser_that_computes_otherwise() -> None:
+    from mkdocs.exceptions import PluginError
+
+    from attention.explorer import Published
+    from docs.hooks import explorer
+
+    torch.manual_seed(0)
+    from attention.gpt import GPTModel
+
+    cfg = {"vocab_size": 5, "context_length": 4, "emb_dim": 8, "n_heads": 2, "n_layers": 1,
+           "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+    entry = Published("explorer/m.bin", b"", GPTModel(cfg), [])
+    good = {"errors": [[2e-5, 1e-6, 1e-13, 1e-14]], "ms": 3.0}
+    explorer._judge(entry, good)  # within both limits: passes
+    for k, bad in enumerate([2e-4, 2e-4, 1e-8, 1e-8]):
+        errors = [[2e-5, 1e-6, 1e-13, 1e-14], [2e-5, 1e-6, 1e-13, 1e-14]]
+        errors[1][k] = bad
+        with pytest.raises(PluginError, match=r"differs from PyTorch's on cases \[1\]"):
+            explorer._judge(entry, {"errors": errors, "ms": 3.0})
+    with pytest.raises(PluginError, match="on cases"):
+        explorer._judge(entry, {"errors": [[float("inf")] * 4], "ms": 3.0})

@@ -365,3 +365,24 @@ def test_an_unbounded_model_generates_four_context_lengths_in_its_window() -> No
         assert cache.ring and cache.slots == 5 + 1 and cache.length == 63
         assert cache.keys.data_ptr() == keys_at
     assert_one_greedy_pass(cfg, model, out, 4)
+
+
+@pytest.mark.parametrize("extra", [{}, {"rope_base": 10_000.0, "n_kv_heads": 1}])
+def test_packed_documents_see_only_themselves(extra: dict[str, object]) -> None:
+    torch.manual_seed(0)
+    cfg = {"vocab_size": 20, "context_length": 16, "emb_dim": 16, "n_heads": 2, "n_layers": 2,
+           "drop_rate": 0.0, "qkv_bias": False, **extra}  # fmt: skip
+    model = GPTModel(cfg).eval()
+    a, b = torch.randint(20, (1, 5)), torch.randint(20, (1, 7))
+    docs = torch.tensor([[0] * 5 + [1] * 7])
+    with torch.no_grad():
+        packed = model(torch.cat([a, b], dim=1), document_ids=docs)
+        assert_close(packed[:, :5], model(a))  # the first document: as if alone
+        changed = model(torch.cat([a, b.flip(1)], dim=1), document_ids=docs)
+    assert_close(changed[:, :5], packed[:, :5], atol=0, rtol=0)  # nothing leaks backwards
+    if "rope_base" in extra:  # relative positions: the second document too is as if alone
+        assert_close(packed[:, 5:], model(b), atol=2e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="document_ids: give them without caches"):
+        model(a, document_ids=docs[:, :5], attention_mask=torch.ones(1, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="document_ids"):
+        model(a, document_ids=docs)  # (1, 12) for 5 tokens

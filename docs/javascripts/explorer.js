@@ -1,27 +1,29 @@
 /* The attention explorer: draws every [data-attention-explorer] element that
- * attention.explorer.explorer_html wrote into a page.
+ * attention.explorer.explorer_html wrote into a page, and runs its model in the browser.
  *
- * The element holds, as embedded JSON, the scaled scores S = QK^T / sqrt(d_h) that the site's
- * build computed for every layer, head and sentence (attention.explorer.explorer_data). This
- * script computes one step only: weights = softmax(S / temperature), with the model's mask
- * (-inf where the build's visibility rule hides a key, embedded as "hidden") when it is on. It
- * fetches nothing. Layers, heads and tokens are numbered from 0, as in the data and in the
- * page's Python. The explorer's state is mirrored in data attributes of the root element for
- * tests/browser/check_site.py: data-sentence (its name), data-layer, data-head, data-query,
- * data-key, data-causal ("true"/"false") and data-temperature.
+ * The element holds the model's configuration, vocabulary and preset sequences as JSON, and
+ * names the weights file the build wrote beside the site's pages ("model"), which this script
+ * fetches from the site itself. model.js (window.attentionModel) runs the forward pass on the
+ * reader's sequence, under the reader's mask, temperature and knocked-out head; this file draws
+ * it: the token strip, one head's T x T weights, every head's previous-token and induction
+ * scores, and the next-token prediction. Layers, heads and tokens are numbered from 0.
  *
- * Speed: every control must redraw in well under 50 ms on a slow phone (the site check
- * measures it at 4x CPU throttling). So the T x T heatmap is one <canvas>, not T * T elements;
- * its labels, marks and the token strip are built once per sentence and then only updated
- * where something changed.
+ * The explorer's state is mirrored in data attributes of the root element for
+ * tests/browser/check_site.py: data-tokens (the ids, comma-separated), data-layer, data-head,
+ * data-mask, data-temperature, data-ablate ("layer,head;..." knocked out), data-query, data-key,
+ * data-prediction (the top next-token id after the query: intact, and with the knocked-out
+ * heads) and data-probability (the intact top token's probability, intact and knocked out).
  *
- * Plain JavaScript; it runs on DOMContentLoaded and, with Material's instant navigation, on
- * every page change (document$). An element is drawn once (data-ready).
+ * Speed: every control must redraw in well under 50 ms at 4x CPU throttling (the site check
+ * measures it). The heatmap is one <canvas>; a forward runs only when the sequence, the mask,
+ * the temperature or the knocked-out head changes, never for the layer, the head or a hover.
  */
 (() => {
   "use strict";
 
   let counter = 0;
+  const SIDE = 32; // the heatmap's side in cells for any shorter sequence: nothing moves
+  const scriptUrl = document.currentScript ? document.currentScript.src : document.baseURI;
 
   /* A token's text as drawn: line breaks and tabs visible, a blank token as an open box. */
   const shown = (token) => {
@@ -37,86 +39,74 @@
     if (text !== null) el.textContent = text;
     return el;
   };
-
-  /* Set an element's text or attribute only when it changes: no needless style work. */
   const setText = (el, text) => {
     if (el.textContent !== text) el.textContent = text;
   };
-  const setAttr = (el, name, value) => {
-    if (el.getAttribute(name) !== value) el.setAttribute(name, value);
+
+  /* A labelled control: <label> over the element. */
+  const control = (id, label, el, cls = "") => {
+    const wrap = make("div", { class: `ax-control ${cls}`.trim() });
+    el.id = id;
+    wrap.append(make("label", { for: id }, label), el);
+    return wrap;
+  };
+  const options = (el, items) => {
+    el.replaceChildren(...items.map(([value, text]) => make("option", { value }, text)));
+    return el;
   };
 
-  /* A labelled <select> of `options` (value: index). */
-  const select = (id, label, options) => {
-    const wrap = make("div", { class: "ax-control" });
-    wrap.append(make("label", { for: id }, label));
-    const el = make("select", { id });
-    options.forEach((text, i) => el.append(make("option", { value: String(i) }, text)));
-    wrap.append(el);
-    return [wrap, el];
-  };
-
-  /* softmax(scores / temperature) of each row into a flat Float64Array (NaN where masked). */
-  const weights = (scores, temperature, hidden) => {
-    const T = scores.length;
-    const out = new Float64Array(T * T);
-    for (let i = 0; i < T; i++) {
-      const row = scores[i];
-      let top = -Infinity;
-      for (let j = 0; j < T; j++) if (!hidden(i, j) && row[j] / temperature > top) top = row[j] / temperature;
-      let total = 0;
-      for (let j = 0; j < T; j++) {
-        const e = hidden(i, j) ? 0 : Math.exp(row[j] / temperature - top);
-        out[i * T + j] = e;
-        total += e;
-      }
-      for (let j = 0; j < T; j++) out[i * T + j] = hidden(i, j) ? NaN : out[i * T + j] / total;
-    }
-    return out;
-  };
-
-  /* A weight as a background layer: the heat colour at opacity w (times `top`, so a token's
-   * text stays readable on its shade), over whatever lies beneath. */
-  const heat = (w, top = 1) => {
-    const colour = `color-mix(in srgb, var(--ax-heat) ${(100 * w * top).toFixed(1)}%, transparent)`;
-    return `linear-gradient(${colour}, ${colour})`;
-  };
+  /* A weight as a background colour: the heat colour at opacity w (times `top`, so the text
+     on it stays readable). A plain colour, not a gradient: the cheapest thing to paint. */
+  const heat = (w, top = 1) => `color-mix(in srgb, var(--ax-heat) ${(100 * w * top).toFixed(1)}%, transparent)`;
 
   function setup(root) {
     root.dataset.ready = ""; // first: a setup that throws is not retried into a second copy
-    // a redraw lays out and paints this box only, not the page around it
-    root.style.contain = "layout paint style";
+    root.style.contain = "layout paint style"; // a redraw lays out and paints this box only
     root.style.willChange = "transform"; // its own layer: a redraw repaints nothing else
-    const source = root.querySelector("script.attention-explorer__data");
-    const data = JSON.parse(source.textContent);
+    const data = JSON.parse(root.querySelector("script.attention-explorer__data").textContent);
+    const AM = window.attentionModel;
     const id = `ax-${++counter}`;
+    const { n_layers: L, n_heads: H, vocab, context_length: maxT } = data;
     const state = {
-      sentence: 0, layer: 0, head: 0, causal: Boolean(data.causal), temperature: 1,
+      ids: data.presets[0].ids.slice(), unknown: [], layer: 0, head: 0, ...data.defaults,
       pinned: null, query: null, key: null,
     };
+    let model = null, run = null, intact = null, T = 0;
 
     // --- controls -------------------------------------------------------------------------
-    const controls = make("div", { class: "ax-controls" });
-    const [sentenceBox, sentenceSelect] = select(
-      `${id}-sentence`, "Sequence", data.sentences.map((s) => s.name));
-    const [layerBox, layerSelect] = select(
-      `${id}-layer`, "Layer", Array.from({ length: data.n_layers }, (_, l) => `layer ${l}`));
-    const [headBox, headSelect] = select(
-      `${id}-head`, "Head", Array.from({ length: data.n_heads }, (_, h) => `head ${h}`));
-    const maskBox = make("div", { class: "ax-control ax-check" });
-    const mask = make("input", { type: "checkbox", id: `${id}-causal` });
-    mask.checked = state.causal;
-    const maskText = data.window ? `causal mask (window ${data.window})` : "causal mask";
-    maskBox.append(mask, make("label", { for: `${id}-causal` }, maskText));
-    const tempBox = make("div", { class: "ax-control ax-temperature" });
-    const temp = make("input", {
-      type: "range", id: `${id}-temperature`, min: "-2", max: "2", step: "0.05", value: "0",
-    });
+    const input = make("input", { type: "text", autocomplete: "off", spellcheck: "false" });
+    const preset = options(make("select"), data.presets.map((p, k) => [String(k), p.name]));
+    const picker = options(make("select"), [["", "add a token\u2026"],
+      ...vocab.map((s, k) => [String(k), trimmed(s)]).sort((a, b) => a[1].localeCompare(b[1]))]);
+    const repeat = make("button", { type: "button", class: "md-button ax-button" },
+      "Repeat what I typed");
+    const layerSel = options(make("select"),
+      Array.from({ length: L }, (_, l) => [String(l), `layer ${l}`]));
+    const headSel = options(make("select"),
+      Array.from({ length: H }, (_, h) => [String(h), `head ${h}`]));
+    const maskSel = options(make("select"), [["causal", "causal"], ["window", "window"],
+      ["sinks", "window + sinks"], ["documents", "two documents"]]);
+    const number = (min) => make("input", { type: "number", min: String(min), step: "1" });
+    const windowIn = number(1), sinksIn = number(0), splitIn = number(0);
+    const temp = make("input", { type: "range", min: "-2", max: "2", step: "0.25", value: "0" });
     const tempValue = make("output", { for: `${id}-temperature`, class: "ax-value" });
-    tempBox.append(make("label", { for: `${id}-temperature` }, "Temperature"), temp, tempValue);
-    controls.append(sentenceBox, layerBox, headBox, maskBox, tempBox);
 
-    // --- token strip, caption, heatmap ----------------------------------------------------
+    const sequenceRow = make("div", { class: "ax-controls ax-sequence" });
+    sequenceRow.append(
+      control(`${id}-text`, "Your sequence (type, or start from one below)", input, "ax-wide"),
+      control(`${id}-preset`, "Start from", preset), control(`${id}-add`, "Add a token", picker),
+      repeat);
+    const tempBox = control(`${id}-temperature`, "Temperature \u03c4", temp, "ax-temperature");
+    tempBox.append(tempValue);
+    const windowBox = control(`${id}-window`, "window w", windowIn, "ax-number");
+    const sinksBox = control(`${id}-sinks`, "sinks", sinksIn, "ax-number");
+    const splitBox = control(`${id}-split`, "document 1 starts at token", splitIn, "ax-number");
+    const viewRow = make("div", { class: "ax-controls" });
+    viewRow.append(control(`${id}-layer`, "Layer", layerSel), control(`${id}-head`, "Head", headSel),
+      control(`${id}-mask`, "Mask", maskSel), windowBox, sinksBox, splitBox, tempBox);
+
+    // --- strip, caption, heatmap, scores, prediction ---------------------------------------
+    const notice = make("p", { class: "ax-notice", "aria-live": "polite" });
     const hint = make("p", { class: "ax-hint", id: `${id}-hint` },
       "Pick a query: hover a token or a row, or focus a token (Tab, then \u2190 \u2192) and " +
       "press Enter to pin it. Each key is shaded by the weight the query puts on it.");
@@ -132,203 +122,174 @@
       make("span", {}, "masked"));
     const figure = make("div", { class: "ax-figure" });
     figure.append(scroll, legend);
+    const panels = make("div", { class: "ax-panels" });
+    const scores = make("table", { class: "ax-scores" });
+    const scoreCells = []; // [layer * H + head] -> {row, previous, induction, knock}
+    {
+      const head = make("tr");
+      for (const text of ["head", "previous-token", "induction", "knock out"]) {
+        head.append(make("th", { scope: "col" }, text));
+      }
+      scores.append(make("caption", {}, "Each head on your sequence (a head's name shows it)"), head);
+      for (let k = 0; k < L * H; k++) {
+        const [l, h] = [Math.floor(k / H), k % H];
+        const row = make("tr");
+        const th = make("th", { scope: "row" });
+        th.append(make("button", { type: "button", class: "ax-pick", "data-layer": String(l),
+          "data-head": String(h) }, `layer ${l}, head ${h}`));
+        const knock = make("input", { type: "checkbox", id: `${id}-knock-${l}-${h}`,
+          "data-layer": String(l), "data-head": String(h) });
+        const box = make("td");
+        box.append(knock, make("label", { for: knock.id, class: "ax-sr" },
+          `knock out layer ${l}, head ${h}`));
+        const previous = make("td"), induction = make("td");
+        row.append(th, previous, induction, box);
+        scores.append(row);
+        scoreCells.push({ row, previous, induction, knock });
+      }
+    }
+    const prediction = make("div", { class: "ax-prediction", "aria-live": "polite" });
+    panels.append(scores, prediction);
     root.querySelector(".attention-explorer__fallback")?.remove();
-    root.append(controls, hint, strip, caption, figure);
+    root.append(sequenceRow, notice, viewRow, hint, strip, caption, figure, panels);
 
-    /* The heatmap: one canvas for the T x T weights, positioned labels and two marks. Its
-       geometry (cell size, label font) is computed from the column's width by layout(). */
     const plot = make("div", { class: "ax-plot", role: "img" });
-    plot.style.cssText = "display: block; position: relative; width: auto; max-width: none;";
+    plot.style.cssText = "display: block; position: relative; contain: strict;"; // sized below
+    // two canvases: the weights, under the mask's hatch and the grid (redrawn only when the
+    // mask or the sequence changes); the upper one takes the pointer
+    const cellsCanvas = make("canvas", { class: "ax-cells", "aria-hidden": "true" });
     const canvas = make("canvas", { class: "ax-heatmap", "aria-hidden": "true" });
-    canvas.style.cssText = "position: absolute; display: block; touch-action: none;";
-    const keysTitle = make("div", { class: "ax-axis ax-axis-keys" }, "keys \u2192");
-    const queriesTitle = make("div", { class: "ax-axis ax-axis-queries" }, "queries \u2193");
+    for (const c of [cellsCanvas, canvas]) {
+      c.style.cssText = "position: absolute; display: block; touch-action: none;";
+    }
+    const keysTitle = make("div", { class: "ax-axis" }, "keys \u2192");
+    const queriesTitle = make("div", { class: "ax-axis" }, "queries \u2193");
     const rowMark = make("div", { class: "ax-mark ax-mark-row" });
     const colMark = make("div", { class: "ax-mark ax-mark-col" });
+    const labelLayer = make("div", { class: "ax-labels", "aria-hidden": "true" });
+    labelLayer.style.cssText = "position: absolute; inset: 0; pointer-events: none;";
     for (const el of [keysTitle, queriesTitle, rowMark, colMark]) el.style.position = "absolute";
-    plot.append(keysTitle, queriesTitle, canvas, rowMark, colMark);
-    scroll.replaceChildren(plot);
-    const probe = make("span", { "aria-hidden": "true" }); // reads the palette's colours
+    plot.append(keysTitle, queriesTitle, cellsCanvas, canvas, rowMark, colMark, labelLayer);
+    scroll.append(plot);
+    const probe = make("span", { "aria-hidden": "true" });
     probe.style.cssText = "position: absolute; visibility: hidden; width: 0; height: 0;";
     plot.append(probe);
 
-    let tokens = [], rowLabels = [], colLabels = [], current = null, T = 0;
-    let geometry = null, shownRow = -1, shownCol = -1;
+    let tokens = [], rowLabels = [], colLabels = [], geometry = null, columnWidth = 0;
+    const fontFamily = getComputedStyle(root).fontFamily;
+    const weights = () => run.weights[state.layer].subarray(state.head * T * T, (state.head + 1) * T * T);
+    const weight = (i, j) => (run.seen[i * T + j] ? weights()[i * T + j] : NaN); // NaN: masked
+    const label = (k) => vocab[state.ids[k]];
 
-    /* The mask is the model's own (data.sentences[s].hidden, "1" = hidden), computed in
-       Python by the layers' visibility rule: the page never re-derives it. */
-    const hidden = (i, j) => state.causal && data.sentences[state.sentence].hidden[i][j] === "1";
-    const weight = (i, j) => current[i * T + j]; // NaN: masked
-
-    /* Each sentence's strip and labels, made the first time it is shown and kept: switching
-       sentences swaps them in, and a resize moves them. */
-    const made = new Map();
-    let fontFamily = null, columnWidth = 0;
-    function parts(k) {
-      if (!made.has(k)) {
-        const labels = data.sentences[k].tokens;
-        const label = (cls, text) => {
-          const el = make("div", { class: cls }, text);
-          el.style.cssText = "position: absolute; overflow: hidden; text-overflow: ellipsis;";
-          return el;
-        };
-        // the labels of each sentence stay in the page, those not shown with
-        // content-visibility: hidden, which keeps their layout for the next time
-        const layer = make("div", { class: "ax-labels", "aria-hidden": "true" });
-        layer.style.cssText = "position: absolute; inset: 0; pointer-events: none;" +
-          "content-visibility: hidden;";
-        const colLabels = labels.map((text) => label("ax-col", trimmed(text)));
-        const rowLabels = labels.map((text) => label("ax-row", trimmed(text)));
-        layer.append(...colLabels, ...rowLabels);
-        plot.append(layer);
-        made.set(k, {
-          layer, colLabels, rowLabels,
-          laidOut: -1, // the column width its labels were placed for
-        });
-      }
-      return made.get(k);
-    }
-
-    /* The strip's tokens, made once for the longest sentence: a sentence relabels them. */
-    const pool = [];
-    function strippedTokens(labels) {
-      while (pool.length < labels.length) {
-        const el = make("span", {
-          class: "ax-token", tabindex: "0", role: "button", "aria-pressed": "false",
-          "data-index": String(pool.length),
-        });
-        el.append(make("span", { class: "ax-text" }), make("span", { class: "ax-weight" }));
-        pool.push(el);
-      }
-      const used = pool.slice(0, labels.length);
-      used.forEach((el, i) => setText(el.firstChild, shown(labels[i])));
-      return used;
-    }
-
-    /* The sentence changed: swap in the strip and the labels of its T tokens. */
+    /* The sequence changed: the strip, the labels and the heatmap's geometry. */
+    /* Elements are kept in pools and relabelled: a new sequence creates none it had before. */
+    const tokenPool = [], colPool = [], rowPool = [];
+    const pooled = (pool, k, create) => pool[k] || (pool[k] = create(k));
     function build() {
-      const { tokens: labels } = data.sentences[state.sentence];
-      T = labels.length;
+      T = state.ids.length;
       state.pinned = T - 1;
-      state.query = null;
-      state.key = null;
-      for (const el of [...rowLabels, ...colLabels, ...tokens]) {
-        el.classList.remove("ax-on", "ax-query", "ax-key");
-      }
-      for (const cached of made.values()) cached.layer.style.contentVisibility = "hidden";
-      const cached = parts(state.sentence);
-      cached.layer.style.contentVisibility = "visible";
-      ({ rowLabels, colLabels } = cached);
-      const before = tokens;
-      tokens = strippedTokens(labels);
-      if (before.length !== tokens.length) {
-        for (const el of pool.slice(tokens.length)) el.remove();
-        strip.append(...tokens.slice(before.length));
-      }
-      shownRow = shownCol = -1;
-      root.dataset.sentence = data.sentences[state.sentence].name;
+      state.query = state.key = null;
+      tokens = state.ids.map((tokenId, k) => {
+        const el = pooled(tokenPool, k, () => {
+          const made = make("span", {
+            class: "ax-token", tabindex: "0", role: "button", "aria-pressed": "false",
+            "data-index": String(k),
+          });
+          made.append(make("span", { class: "ax-text" }), make("span", { class: "ax-weight" }));
+          return made;
+        });
+        setText(el.firstChild, shown(vocab[tokenId]));
+        return el;
+      });
+      const unknown = state.unknown.map((piece) => make("span", {
+        class: "ax-token ax-unknown", title: "not in the model's vocabulary: left out",
+      }, shown(piece)));
+      strip.replaceChildren(...tokens, ...unknown);
+      const lab = () => make("div", { class: "ax-lab" });
+      colLabels = state.ids.map((_, k) => pooled(colPool, k, lab));
+      rowLabels = state.ids.map((_, k) => pooled(rowPool, k, lab));
+      labelLayer.replaceChildren(...colLabels, ...rowLabels);
+      splitIn.max = String(T);
+      windowIn.max = String(T);
+      root.dataset.tokens = state.ids.join(",");
       layout();
     }
 
-    /* Cell size and labels for the column's width: every token's text where cells can be
-       12 px or more, else (a phone) positions every few tokens, large enough to read. */
+    /* Cells and labels for the column's width: every token's text where a cell can be 12 px
+       or more, else positions every few tokens. */
+    const measure = document.createElement("canvas").getContext("2d");
+    const widths = new Map(); // "px|text" -> its width: each label measured once
+    const textWidth = (s, px) => {
+      const key = `${px}|${s}`;
+      if (!widths.has(key)) {
+        measure.font = `${px}px ${fontFamily}`;
+        widths.set(key, measure.measureText(s).width);
+      }
+      return widths.get(key);
+    };
     function layout() {
-      const width = columnWidth;
-      const cached = parts(state.sentence);
-      if (width !== cached.laidOut) place(cached, width);
-      geometry = cached.geometry;
-      const { cell, left, top, box, font } = geometry;
-      plot.style.width = `${Math.ceil(left + box + 2)}px`; // the same for every sentence:
-      plot.style.height = `${Math.ceil(top + box + 2)}px`; // choosing one moves nothing else
-      plot.style.fontSize = `${font}px`;
-      plot.style.lineHeight = "1";
-      Object.assign(keysTitle.style, {
-        left: `${left}px`, top: "0px", width: `${box}px`, fontSize: "11px", padding: "0",
+      // The geometry follows from the width alone (a label takes at most 6 em): the box keeps
+      // its size and place from one sequence to the next, and only the labels' text changes.
+      const N = Math.max(T, SIDE), gap = 4; // one box for every sequence up to SIDE tokens
+      let cell = Math.floor((columnWidth - 6 * 11 - gap - 2) / N);
+      const words = cell >= 12;
+      let font = 11, left;
+      if (words) {
+        cell = Math.min(22, cell);
+        font = Math.min(12, Math.max(10, cell - 6));
+        left = 6 * font + gap;
+      } else {
+        left = textWidth(String(N - 1), font) + gap + 2;
+        cell = Math.max(6, Math.floor((columnWidth - left - 2) / N));
+      }
+      const every = words ? 1 : Math.ceil((font + 3) / cell);
+      const top = 14 + (words ? 4.5 * font : font) + gap;
+      const size = cell * T, box = cell * N;
+      geometry = { cell, left, top, size, box };
+      const key = [words, cell, font, left, top].join("|");
+      const place = (el, css) => { // a label's style, set only when the geometry changed
+        if (el.dataset.geometry !== key) {
+          el.style.cssText = css;
+          el.dataset.geometry = key;
+        }
+      };
+      const fixed = "position: absolute; overflow: hidden; text-overflow: ellipsis; white-space: pre;";
+      colLabels.forEach((el, k) => {
+        setText(el, words ? trimmed(label(k)) : String(k));
+        place(el, fixed + (words || k % every === 0 ? "" : "display: none;") + (words
+          ? `left: ${left + k * cell}px; width: ${cell}px; top: 14px; height: ${top - 14 - gap}px;` +
+            "writing-mode: vertical-rl; transform: rotate(180deg); text-align: left;"
+          : `left: ${left + k * cell + cell / 2 - 12}px; width: 24px; top: ${top - gap - font}px;` +
+            `height: ${font}px; text-align: center;`));
       });
+      rowLabels.forEach((el, k) => {
+        setText(el, words ? trimmed(label(k)) : String(k));
+        place(el, fixed + (words || k % every === 0 ? "" : "display: none;") +
+          `left: 0; width: ${left - gap}px; top: ${top + k * cell + cell / 2 - font / 2}px;` +
+          `height: ${font}px; text-align: right;`);
+      });
+      Object.assign(plot.style, {
+        width: `${Math.ceil(left + box + 2)}px`, height: `${Math.ceil(top + box + 2)}px`,
+        fontSize: `${font}px`, lineHeight: "1",
+      });
+      const clear = words ? left : Math.max(left, 70); // beside "queries", not over it
+      Object.assign(keysTitle.style, { left: `${clear}px`, top: "0px", fontSize: "11px" });
       Object.assign(queriesTitle.style, {
-        left: "0px", top: geometry.words ? `${top - 14}px` : "0px", fontSize: "11px", padding: "0",
-        whiteSpace: "nowrap",
+        left: "0px", top: words ? `${top - 14}px` : "0px", fontSize: "11px", whiteSpace: "nowrap",
       });
       const dpr = window.devicePixelRatio || 1;
-      if (canvas.width !== Math.round(box * dpr)) { // (clears it: draw() follows)
-        canvas.width = canvas.height = Math.round(box * dpr);
-        Object.assign(canvas.style, {
+      for (const c of [cellsCanvas, canvas]) {
+        if (c.width !== Math.round(box * dpr)) { // (clears it, and costs: only on change)
+          c.width = c.height = Math.round(box * dpr);
+        }
+        Object.assign(c.style, {
           left: `${left}px`, top: `${top}px`, width: `${box}px`, height: `${box}px`,
         });
       }
-      plot.dataset.labels = geometry.words ? "tokens" : `positions every ${geometry.every}`;
-      plot.dataset.cell = String(cell);
+      gridKey = "";
+      plot.dataset.labels = words ? "tokens" : `positions every ${every}`;
     }
 
-    /* One sentence's geometry for a column `width` px wide, and its labels placed. The cell
-       size and the label margins are those of the longest sentence and the widest label of
-       all: every sentence's heatmap starts at the same place, in a box of the same size. */
-    const N = Math.max(...data.sentences.map((s) => s.tokens.length));
-    const widestLabel = new Map(); // font px -> the widest label's width, of all sentences
-    function place(cached, width, k = state.sentence) {
-      cached.laidOut = width;
-      const { colLabels, rowLabels } = cached;
-      const labels = data.sentences[k].tokens;
-      const T = labels.length; // (this sentence's, not necessarily the one shown)
-      const measure = document.createElement("canvas").getContext("2d");
-      const textWidth = (text, px) => {
-        measure.font = `${px}px ${fontFamily}`;
-        return measure.measureText(text).width;
-      };
-      const widest = (px) => {
-        if (!widestLabel.has(px)) {
-          let most = 0;
-          for (const sentence of data.sentences) {
-            for (const l of sentence.tokens) most = Math.max(most, textWidth(trimmed(l), px));
-          }
-          widestLabel.set(px, Math.min(6 * px, most));
-        }
-        return widestLabel.get(px);
-      };
-      const gap = 4;
-      let words = true, font = 11, left = widest(11) + gap;
-      let cell = Math.floor((width - left - 2) / N);
-      if (cell < 12) { // too narrow for a label per token: positions, every `every`
-        words = false;
-        font = 11;
-        left = textWidth(String(N - 1), font) + gap + 2;
-        cell = Math.max(6, Math.floor((width - left - 2) / N));
-      } else {
-        cell = Math.min(22, cell);
-        font = Math.min(12, Math.max(10, cell - 6));
-        left = widest(font) + gap;
-      }
-      const every = words ? 1 : Math.ceil((font + 3) / cell);
-      const top = 14 + (words ? Math.min(4.5 * font, widest(font)) : font) + gap;
-      const size = cell * T, box = cell * N;
-      cached.geometry = { cell, left, top, size, box, words, every, font };
-      const shows = (k) => words || k % every === 0;
-      colLabels.forEach((el, k) => {
-        el.textContent = words ? trimmed(labels[k]) : String(k);
-        el.style.display = shows(k) ? "" : "none";
-        Object.assign(el.style, words ? {
-          left: `${left + k * cell}px`, width: `${cell}px`, top: "14px", height: `${top - 14 - gap}px`,
-          maxHeight: "none", padding: "0", writingMode: "vertical-rl", transform: "rotate(180deg)",
-          textAlign: "left", whiteSpace: "pre",
-        } : {
-          left: `${left + k * cell + cell / 2 - 12}px`, width: "24px", top: `${top - gap - font}px`,
-          height: `${font}px`, maxHeight: "none", padding: "0", writingMode: "horizontal-tb",
-          transform: "none", textAlign: "center", whiteSpace: "pre",
-        });
-      });
-      rowLabels.forEach((el, k) => {
-        el.textContent = words ? trimmed(labels[k]) : String(k);
-        el.style.display = shows(k) ? "" : "none";
-        Object.assign(el.style, {
-          left: "0px", width: `${left - gap}px`, maxWidth: "none", padding: "0",
-          top: `${top + k * cell + cell / 2 - font / 2}px`, height: `${font}px`,
-          textAlign: "right", whiteSpace: "pre",
-        });
-      });
-    }
-
-    /* The heat colour and the grid lines' colour, read from the palette once: reading a
-       computed style in every redraw would force a style recalculation first. */
     let palette = null;
     function colours() {
       if (palette === null) {
@@ -341,38 +302,52 @@
     }
 
     /* Paint every cell: the heat colour at opacity w; masked cells hatched. */
+    let gridKey = ""; // what the hatch and grid were drawn for
     function draw() {
-      const { cell, size, box } = geometry;
+      const { cell, box } = geometry;
       const dpr = canvas.width / box;
-      const ctx = canvas.getContext("2d");
-      const { heatColour, line } = colours();
+      const ctx = cellsCanvas.getContext("2d");
+      const { heatColour } = colours();
       ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
       ctx.clearRect(0, 0, box, box);
       ctx.fillStyle = heatColour;
+      const w = weights();
       for (let i = 0; i < T; i++) {
-        for (let j = 0; j < T; j++) {
-          const w = weight(i, j);
-          if (w > 0.002) {
-            ctx.globalAlpha = Math.min(1, w);
+        for (let j = 0; j <= i; j++) {
+          if (run.seen[i * T + j] && w[i * T + j] > 0.002) {
+            ctx.globalAlpha = Math.min(1, w[i * T + j]);
             ctx.fillRect(j * cell, i * cell, cell, cell);
           }
         }
       }
       ctx.globalAlpha = 1;
-      ctx.strokeStyle = line;
+      const key = `${state.ids.join(",")}|${state.mask}|${state.window}|${state.sinks}|` +
+        `${state.split}|${canvas.width}|${palette && palette.line}`;
+      if (key !== gridKey) drawGrid(key);
+    }
+
+    /* The masked cells' hatch and the grid lines, on the upper canvas. */
+    function drawGrid(key) {
+      gridKey = key;
+      const { cell, size, box } = geometry;
+      const dpr = canvas.width / box;
+      const ctx = canvas.getContext("2d");
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.clearRect(0, 0, box, box);
+      ctx.strokeStyle = colours().line;
       ctx.lineWidth = 1;
       ctx.beginPath();
       for (let i = 0; i < T; i++) {
         for (let j = 0; j < T; j++) {
-          if (!Number.isNaN(weight(i, j))) continue;
-          const x = j * cell, y = i * cell; // two diagonal strokes: the masked hatch
+          if (run.seen[i * T + j]) continue;
+          const x = j * cell, y = i * cell;
           ctx.moveTo(x, y + cell / 2);
           ctx.lineTo(x + cell / 2, y);
           ctx.moveTo(x, y + cell);
           ctx.lineTo(x + cell, y);
         }
       }
-      for (let k = 0; k <= T; k++) { // the grid
+      for (let k = 0; k <= T; k++) {
         ctx.moveTo(k * cell, 0);
         ctx.lineTo(k * cell, size);
         ctx.moveTo(0, k * cell);
@@ -381,78 +356,135 @@
       ctx.stroke();
     }
 
-    /* The layer, head, mask or temperature changed: recompute the weights, repaint. */
-    function update() {
-      const scores = data.sentences[state.sentence].scores[state.layer][state.head];
-      current = weights(scores, state.temperature, hidden);
-      draw();
-      const t = state.temperature.toFixed(2);
-      setText(tempValue, `\u03c4 = ${t}`);
-      setAttr(temp, "aria-valuetext", `temperature ${t}`);
-      setAttr(plot, "aria-label",
-        `Attention weights of layer ${state.layer}, head ${state.head} at temperature ${t}` +
-        `${state.causal ? ", causal mask on" : ", no mask"}: rows are queries, columns keys. ` +
-        "The token strip above reads them out one query at a time.");
-      Object.assign(root.dataset, {
-        layer: String(state.layer), head: String(state.head), causal: String(state.causal),
-        temperature: t,
+    /* Every head's two scores on this sequence (of the model with the knocked-out heads). */
+    function drawScores() {
+      const text = (v) => (Number.isNaN(v) ? "\u2013" : v.toFixed(2));
+      scoreCells.forEach(({ previous, induction }, k) => {
+        const [l, h] = [Math.floor(k / H), k % H];
+        const s = AM.headScores(run.weights[l].subarray(h * T * T, (h + 1) * T * T), state.ids);
+        setText(previous, text(s.previous));
+        setText(induction, text(s.induction));
       });
+    }
+
+    /* The next token after query i: top five, and with the knocked-out head if there is one. */
+    /* Two top-five lists, made once and refilled: the intact model's, and (shown when heads
+       are knocked out) the knocked-out model's; then where the token occurred before. */
+    const lists = [0, 1].map(() => {
+      const box = make("div", { class: "ax-top" });
+      const title = make("p", { class: "ax-top-title" });
+      const items = Array.from({ length: 5 }, () => {
+        const li = make("li");
+        li.append(make("span", { class: "ax-text" }), make("span"));
+        return li;
+      });
+      const ol = make("ol");
+      ol.append(...items);
+      box.append(title, ol);
+      return { box, title, items };
+    });
+    const copyNote = make("p", { class: "ax-top-note" });
+    prediction.append(lists[0].box, lists[1].box, copyNote);
+
+    function drawPrediction(i) {
+      const top = (out) => {
+        const p = AM.probabilities(out.logitsAt(i));
+        const best = Array.from(p.keys()).sort((a, b) => p[b] - p[a]).slice(0, 5);
+        return { best, p };
+      };
+      const fill = ({ title, items }, text, { best, p }) => {
+        setText(title, text);
+        items.forEach((li, n) => {
+          li.style.backgroundColor = heat(p[best[n]], 0.6);
+          setText(li.firstChild, trimmed(vocab[best[n]]));
+          setText(li.lastChild, p[best[n]].toFixed(2));
+        });
+      };
+      const mine = top(intact);
+      fill(lists[0], `After token ${i} ${quoted(label(i))}, the model predicts`, mine);
+      lists[1].box.hidden = !state.ablate.length;
+      let knocked = null;
+      if (state.ablate.length) {
+        knocked = top(run);
+        const names = state.ablate.map(([l, h]) => `${l}.${h}`).join(", ");
+        fill(lists[1], `with head${state.ablate.length > 1 ? "s" : ""} ${names} (layer.head) ` +
+          "knocked out", knocked);
+      }
+      const copies = [];
+      for (let s = 1; s <= i; s++) if (state.ids[s - 1] === state.ids[i]) copies.push(s);
+      setText(copyNote, copies.length
+        ? `Earlier, ${quoted(label(i))} was followed by ` +
+          `${copies.map((s) => quoted(label(s))).join(", ")} (token ${copies.join(", ")}).`
+        : `${quoted(label(i))} has not occurred before: there is no copy to follow.`);
+      const first = mine.best[0];
+      root.dataset.prediction = knocked ? `${first},${knocked.best[0]}` : String(first);
+      root.dataset.probability = knocked ? `${mine.p[first]},${knocked.p[first]}` : String(mine.p[first]);
+    }
+
+    /* The sequence or a setting of the forward changed: run the model again (the intact
+       model's run is kept while only the knocked-out heads change). */
+    let intactKey = "";
+    function compute() {
+      const key = JSON.stringify([state.ids, state.mask, state.window, state.sinks, state.split,
+        state.temperature]);
+      if (key !== intactKey) {
+        intact = AM.forward(model, state.ids, { ...state, ablate: [] });
+        intactKey = key;
+      }
+      run = state.ablate.length ? AM.forward(model, state.ids, state) : intact;
+      const t = state.temperature;
+      setText(tempValue, `${t.toFixed(2)}`);
+      temp.setAttribute("aria-valuetext", `temperature ${t.toFixed(2)}`);
+      Object.assign(root.dataset, {
+        mask: state.mask, temperature: t.toFixed(2), ablate: state.ablate.map((p) => p.join(",")).join(";"),
+      });
+      drawScores();
+      update();
+    }
+
+    /* The shown layer or head changed (or the weights did): repaint, mark, read out. */
+    function update() {
+      draw();
+      scoreCells.forEach(({ row }, k) => row.classList.toggle("ax-on", k === state.layer * H + state.head));
+      plot.setAttribute("aria-label", `Attention weights of layer ${state.layer}, head ` +
+        `${state.head} (${state.mask} mask, temperature ${state.temperature.toFixed(2)}): rows ` +
+        "are queries, columns keys. The token strip above reads them out one query at a time.");
+      Object.assign(root.dataset, { layer: String(state.layer), head: String(state.head) });
       focusRow();
     }
 
-    /* Show query (hovered, focused or pinned) and key (hovered, else its largest weight). */
     function focusRow() {
       const i = state.query ?? state.pinned;
       let j = state.key;
       if (j === null) {
         j = 0;
-        for (let k = 1; k < T; k++) if (weight(i, k) > (weight(i, j) || -1)) j = k;
+        for (let k = 1; k <= i; k++) if (weight(i, k) > (weight(i, j) || -1)) j = k;
       }
-      const labels = data.sentences[state.sentence].tokens;
       const { cell, left, top, size } = geometry;
-      Object.assign(rowMark.style, {
-        left: `${left}px`, top: `${top + i * cell}px`, width: `${size}px`, height: `${cell}px`,
-      });
-      Object.assign(colMark.style, {
-        left: `${left + j * cell}px`, top: `${top}px`, width: `${cell}px`, height: `${size}px`,
-      });
-      if (shownRow !== i) {
-        rowLabels[shownRow]?.classList.remove("ax-on");
-        rowLabels[i].classList.add("ax-on");
-        tokens[shownRow]?.classList.remove("ax-query");
-        tokens[i].classList.add("ax-query");
-        shownRow = i;
-      }
-      if (shownCol !== j) {
-        colLabels[shownCol]?.classList.remove("ax-on");
-        colLabels[j].classList.add("ax-on");
-        tokens[shownCol]?.classList.remove("ax-key");
-        tokens[j].classList.add("ax-key");
-        shownCol = j;
+      Object.assign(rowMark.style, { left: `${left}px`, top: `${top + i * cell}px`, width: `${size}px`, height: `${cell}px` });
+      Object.assign(colMark.style, { left: `${left + j * cell}px`, top: `${top}px`, width: `${cell}px`, height: `${size}px` });
+      for (const [list, cls, k] of [[rowLabels, "ax-on", i], [colLabels, "ax-on", j]]) {
+        list.forEach((el, n) => el.classList.toggle(cls, n === k));
       }
       tokens.forEach((el, k) => {
         const w = weight(i, k);
         const masked = Number.isNaN(w);
         const text = masked ? "\u2013" : w.toFixed(2);
-        if (el.lastChild.textContent === text && el.dataset.masked === String(masked)) {
-          setAttr(el, "aria-pressed", String(k === state.pinned));
-          return; // the same weight to two decimals: nothing to redraw
-        }
-        el.dataset.masked = String(masked);
+        el.classList.toggle("ax-query", k === i);
+        el.classList.toggle("ax-key", k === j);
         el.classList.toggle("ax-masked", masked);
-        setAttr(el, "aria-pressed", String(k === state.pinned));
-        el.style.backgroundImage = masked ? "" : heat(w, 0.6);
-        el.lastChild.textContent = text;
-        el.setAttribute("aria-label", `token ${k} ${quoted(labels[k])}` +
-          (masked ? ", masked" : `, weight ${text}`));
+        el.setAttribute("aria-pressed", String(k === state.pinned));
+        el.style.backgroundColor = masked ? "" : heat(w, 0.6);
+        setText(el.lastChild, text);
+        el.setAttribute("aria-label", `token ${k} ${quoted(label(k))}` + (masked ? ", masked" : `, weight ${text}`));
       });
       const w = weight(i, j);
-      const shownWeight = Number.isNaN(w) ? "masked, weight 0" : w.toFixed(2);
-      setText(caption, `Layer ${state.layer}, head ${state.head}: query ${i} ` +
-        `${quoted(labels[i])} \u2192 key ${j} ${quoted(labels[j])}: ${shownWeight}` +
+      setText(caption, `Layer ${state.layer}, head ${state.head}: query ${i} ${quoted(label(i))} ` +
+        `\u2192 key ${j} ${quoted(label(j))}: ${Number.isNaN(w) ? "masked, weight 0" : w.toFixed(2)}` +
         (state.key === null ? " (its largest weight)" : ""));
       root.dataset.query = String(i);
       root.dataset.key = String(j);
+      drawPrediction(i);
     }
 
     function choose(query, key) {
@@ -461,54 +493,92 @@
       state.key = key;
       focusRow();
     }
-
-    /* The pointer left: back to the focused token if there is one, else the pinned one. */
     function release() {
       const el = document.activeElement;
       choose(strip.contains(el) && el.dataset.index ? Number(el.dataset.index) : null, null);
     }
 
-    // --- events -----------------------------------------------------------------------------
-    sentenceSelect.addEventListener("change", () => {
-      state.sentence = Number(sentenceSelect.value);
+    /* A new sequence: from the text box, a preset, a picked token or the repeat button. */
+    function setSequence(ids, unknown = [], fromText = false) {
+      const kept = ids.slice(0, maxT);
+      state.ids = kept.length ? kept : state.ids;
+      state.unknown = unknown;
+      const notes = [];
+      if (unknown.length) {
+        notes.push(`Not in the model's vocabulary, left out: ${unknown.map(quoted).join(", ")}.`);
+      }
+      if (ids.length > maxT) notes.push(`Only the first ${maxT} tokens are used: the model's context.`);
+      if (!kept.length) notes.push("No token of the vocabulary in what you typed: the sequence is unchanged.");
+      setText(notice, notes.join(" "));
+      if (!fromText) input.value = state.ids.map((k) => vocab[k]).join("");
+      if (!(state.split > 0 && state.split < state.ids.length)) { // two documents: halves
+        state.split = Math.floor(state.ids.length / 2);
+        splitIn.value = String(state.split);
+      }
       build();
-      update();
+      compute();
+    }
+
+    // --- events -----------------------------------------------------------------------------
+    input.addEventListener("input", () => {
+      const pieces = AM.tokenize(vocab, input.value);
+      setSequence(pieces.filter((p) => p.id !== null).map((p) => p.id),
+        pieces.filter((p) => p.id === null).map((p) => p.text), true);
     });
-    layerSelect.addEventListener("change", () => {
-      state.layer = Number(layerSelect.value);
-      update();
+    preset.addEventListener("change", () => setSequence(data.presets[Number(preset.value)].ids));
+    picker.addEventListener("change", () => {
+      if (picker.value === "") return;
+      setSequence([...state.ids, Number(picker.value)]);
+      picker.value = "";
     });
-    headSelect.addEventListener("change", () => {
-      state.head = Number(headSelect.value);
-      update();
+    repeat.addEventListener("click", () => setSequence([...state.ids, ...state.ids]));
+    layerSel.addEventListener("change", () => { state.layer = Number(layerSel.value); update(); });
+    headSel.addEventListener("change", () => { state.head = Number(headSel.value); update(); });
+    const showNumbers = () => { // greyed out, not hidden: the controls never move
+      windowIn.disabled = !["window", "sinks"].includes(state.mask);
+      sinksIn.disabled = state.mask !== "sinks";
+      splitIn.disabled = state.mask !== "documents";
+    };
+    maskSel.addEventListener("change", () => { state.mask = maskSel.value; showNumbers(); compute(); });
+    const numbers = [[windowIn, "window", 1], [sinksIn, "sinks", 0], [splitIn, "split", 0]];
+    for (const [el, key, min] of numbers) {
+      el.addEventListener("input", () => {
+        const v = Number.parseInt(el.value, 10);
+        if (Number.isNaN(v) || v < min) return; // half-typed: keep the last good value
+        state[key] = v;
+        compute();
+      });
+    }
+    temp.addEventListener("input", () => { state.temperature = 2 ** Number(temp.value); compute(); });
+    scores.addEventListener("change", (event) => {
+      if (event.target.type !== "checkbox") return;
+      state.ablate = scoreCells.filter((c) => c.knock.checked)
+        .map((c) => [Number(c.knock.dataset.layer), Number(c.knock.dataset.head)]);
+      compute();
     });
-    mask.addEventListener("change", () => {
-      state.causal = mask.checked;
-      update();
-    });
-    temp.addEventListener("input", () => {
-      state.temperature = 2 ** Number(temp.value);
+    scores.addEventListener("click", (event) => {
+      const b = event.target.closest("button.ax-pick");
+      if (!b) return;
+      state.layer = Number(b.dataset.layer);
+      state.head = Number(b.dataset.head);
+      layerSel.value = b.dataset.layer;
+      headSel.value = b.dataset.head;
       update();
     });
     canvas.addEventListener("pointermove", (event) => {
       const box = canvas.getBoundingClientRect();
-      const at = (v) => Math.floor((v / box.width) * N); // cells are square, N to a side
+      const N = Math.max(T, SIDE);
+      const at = (v) => Math.floor((v / box.width) * N);
       const i = at(event.clientY - box.top), j = at(event.clientX - box.left);
       if (i >= 0 && j >= 0 && i < T && j < T) choose(i, j);
       else release();
     });
     canvas.addEventListener("pointerleave", release);
-    const token = (event) => event.target.closest(".ax-token");
-    strip.addEventListener("pointerover", (event) => {
-      if (token(event)) choose(Number(token(event).dataset.index), null);
-    });
+    const token = (event) => event.target.closest(".ax-token[data-index]");
+    strip.addEventListener("pointerover", (event) => { if (token(event)) choose(Number(token(event).dataset.index), null); });
     strip.addEventListener("pointerleave", release);
-    strip.addEventListener("focusin", (event) => {
-      if (token(event)) choose(Number(token(event).dataset.index), null);
-    });
-    strip.addEventListener("focusout", (event) => {
-      if (!strip.contains(event.relatedTarget)) choose(null, null);
-    });
+    strip.addEventListener("focusin", (event) => { if (token(event)) choose(Number(token(event).dataset.index), null); });
+    strip.addEventListener("focusout", (event) => { if (!strip.contains(event.relatedTarget)) choose(null, null); });
     strip.addEventListener("keydown", (event) => {
       const el = token(event);
       if (!el) return;
@@ -530,33 +600,41 @@
         focusRow();
       }
     });
-    // a new column width (phone rotated, window resized): new cells and labels, next frame
     new ResizeObserver((entries) => requestAnimationFrame(() => {
       const width = Math.floor(entries[entries.length - 1].contentRect.width);
-      if (width === columnWidth) return;
+      if (width === columnWidth || !run) return;
       columnWidth = width;
       layout();
       draw();
       focusRow();
     })).observe(scroll);
-    // the palette switched (light / dark): the heat colour may have changed
     new MutationObserver(() => {
       palette = null;
-      draw();
+      if (run) draw();
     }).observe(document.body,
       { attributes: true, attributeFilter: ["data-md-color-scheme", "data-md-color-primary"] });
 
-    fontFamily = getComputedStyle(root).fontFamily; // one style read, before any drawing
-    columnWidth = scroll.clientWidth;
-    build();
-    update();
-    // the other sentences' strips and labels, made and measured while the reader reads, so
-    // that choosing one only swaps them in
-    const idle = window.requestIdleCallback || ((work) => setTimeout(work, 200));
-    data.sentences.forEach((_, k) => idle(() => {
-      const cached = parts(k);
-      if (cached.laidOut !== columnWidth) place(cached, columnWidth, k);
-    }));
+    windowIn.value = String(state.window);
+    sinksIn.value = String(state.sinks);
+    splitIn.value = String(state.split);
+    maskSel.value = state.mask;
+    showNumbers();
+    setText(notice, "Loading the model\u2026");
+    fetch(new URL(`../${data.model}`, scriptUrl))
+      .then((response) => {
+        if (!response.ok) throw new Error(`${response.status} ${response.url}`);
+        return response.arrayBuffer();
+      })
+      .then((buffer) => {
+        model = AM.load(data, buffer);
+        columnWidth = scroll.clientWidth;
+        setSequence(state.ids);
+        root.dataset.loaded = "";
+      })
+      .catch((error) => {
+        setText(notice, `The model did not load (${error.message}).`);
+        throw error;
+      });
   }
 
   function setupAll() {
@@ -566,7 +644,7 @@
   }
 
   if (typeof window.document$ !== "undefined" && window.document$.subscribe) {
-    window.document$.subscribe(setupAll); // Material: every page, instant navigation or not
+    window.document$.subscribe(setupAll);
   }
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", setupAll);

@@ -12,17 +12,14 @@ playwright (never `playwright install`: no browser download). For every HTML pag
   local request that fails or answers >= 400;
 - every formula rendered by MathJax: each `.arithmatex` holds an `mjx-container`, no
   `mjx-merror`, no raw TeX delimiters (`$$`, `\\(`, `\\[`) left in the visible text, and no
-  display formula wider than the text column (it would be cut off at the column's edge);
+  display formula wider than the text column at 1280 or 390 px (it would scroll sideways);
 - every figure (`svg`/`img` in the content) visible with a non-zero size, and the text of every
   `attention.plot` figure contrasted against the page background in the light and the dark
   palette;
 - the footer's build stamp (versions and device) present;
-- every attention explorer (`[data-attention-explorer]`, `docs/javascripts/explorer.js`) drawn,
-  each control labelled, and each control alive: choosing another sentence, layer and head,
-  toggling the mask, moving the temperature slider, hovering a token, focusing one and pressing
-  ArrowRight must each change what is drawn (cell colours, token strip or caption); Enter pins
-  the query; the selected query's weights in the strip must equal a softmax of the page's
-  embedded scores computed here; and nothing may overflow the column at 1280 or 390 px.
+- every attention explorer (`[data-attention-explorer]`, `docs/javascripts/explorer.js`): its
+  model loaded and used as a reader would (explorer_check.py: type, repeat, find the
+  induction head, knock out a head, every control, the keyboard, the width, the speed).
 
 On the home page it also types "causal" into the search box and expects results. It saves a
 full-page screenshot of every page (light) and of the home and API pages (dark) to the
@@ -34,7 +31,6 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
-import math
 import os
 import re
 import sys
@@ -43,6 +39,8 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlparse
+
+from explorer_check import check_explorers  # the same folder: run as a script
 
 CHROMIUM = os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -94,12 +92,15 @@ MATH_JS = """
       (el) => el.getClientRects().length && el.getBoundingClientRect().width === 0).length,
     containers: document.querySelectorAll(".md-content mjx-container").length,
     errors: document.querySelectorAll("mjx-merror").length,
-    // display formulas wider than their column (on chapter pages, not the API reference)
-    overflowing: [...document.querySelectorAll(".md-content div.arithmatex")]
-      .filter((el) => el.scrollWidth > el.clientWidth + 1)
-      .map((el) => el.textContent.slice(0, 40)),
   };
 }
+"""
+
+# Display formulas wider than their column at the current width (each would scroll sideways).
+WIDE_MATH_JS = """
+() => [...document.querySelectorAll(".md-content div.arithmatex")]
+  .filter((el) => el.scrollWidth > el.clientWidth + 1)
+  .map((el) => el.textContent.slice(0, 40))
 """
 
 FIGURES_JS = """
@@ -149,34 +150,6 @@ FIGURES_JS = """
 }
 """
 
-# What an explorer draws, to compare before and after a control is used.
-EXPLORER_DRAWN_JS = """
-(root) => JSON.stringify({
-  heatmap: [...root.querySelectorAll("canvas.ax-heatmap")].map((c) => c.toDataURL()),
-  tokens: [...root.querySelectorAll(".ax-token")].map(
-    (t) => t.className + t.textContent + getComputedStyle(t).backgroundImage),
-  caption: (root.querySelector(".ax-caption") || {}).textContent,
-})
-"""
-
-# Its state, its data, the strip's weights, whether every control has a label, and its width.
-EXPLORER_STATE_JS = """
-(root) => {
-  const column = root.closest(".md-content__inner") || root.parentElement;
-  return {
-    state: {...root.dataset},
-    data: JSON.parse(root.querySelector("script[type='application/json']").textContent),
-    strip: [...root.querySelectorAll(".ax-token .ax-weight")].map((w) => w.textContent),
-    focused: document.activeElement && document.activeElement.dataset.index,
-    unlabelled: [...root.querySelectorAll("select, input")].filter((el) => !el.labels.length)
-      .map((el) => el.id || el.type),
-    live: root.querySelectorAll(".ax-caption[aria-live]").length,
-    overflow: root.getBoundingClientRect().right - column.getBoundingClientRect().right,
-    pageWidth: document.documentElement.scrollWidth - window.innerWidth,
-  };
-}
-"""
-
 
 @dataclass
 class PageResult:
@@ -207,169 +180,6 @@ def page_paths(site: Path) -> list[str]:
             continue
         paths.append("" if rel == "." else rel + "/")
     return paths
-
-
-def softmax_row(info: dict) -> list[float | None]:
-    """The selected query's weights, from the embedded scores, as the explorer should draw them."""
-    state, data = info["state"], info["data"]
-    sentence = next(s for s in data["sentences"] if s["name"] == state["sentence"])
-    i, tau = int(state["query"]), float(state["temperature"])
-    row = sentence["scores"][int(state["layer"])][int(state["head"])][i]
-    hidden = [state["causal"] == "true" and sentence["hidden"][i][j] == "1"
-              for j in range(len(row))]  # fmt: skip
-    top = max(v / tau for v, h in zip(row, hidden, strict=True) if not h)
-    e = [0.0 if h else math.exp(v / tau - top) for v, h in zip(row, hidden, strict=True)]
-    return [None if h else v / sum(e) for v, h in zip(e, hidden, strict=True)]
-
-
-# A page with an explorer stays small enough to load quickly on a phone (issue 19).
-EXPLORER_PAGE_BYTES = 500_000
-# And each interaction redraws within this on a CPU four times slower than the runner's.
-EXPLORER_MS, EXPLORER_THROTTLE = 50.0, 4
-
-# One interaction, timed in the page: the handlers' script, then the frame that draws it
-# (style, layout, paint: from the next animation frame to a task after it), without the idle
-# wait for that frame.
-EXPLORER_TIME_JS = """
-async ([root, what, k]) => {
-  const fire = {
-    temperature: () => {
-      const el = root.querySelector("input[type=range]");
-      el.value = String(k % 2 ? -0.5 + 0.05 * k : 0.5 - 0.05 * k);
-      el.dispatchEvent(new Event("input", { bubbles: true }));
-    },
-    layer: () => root.querySelector("select[id$=-layer]"),
-    head: () => root.querySelector("select[id$=-head]"),
-    sequence: () => root.querySelector("select[id$=-sentence]"),
-    mask: () => root.querySelector("input[type=checkbox]").click(),
-    "hovering a token": () => root.querySelectorAll(".ax-token")[2 + 2 * k].dispatchEvent(
-      new PointerEvent("pointerover", { bubbles: true })),
-    "hovering the heatmap": () => {
-      const box = root.querySelector("canvas.ax-heatmap").getBoundingClientRect();
-      root.querySelector("canvas.ax-heatmap").dispatchEvent(new PointerEvent("pointermove", {
-        bubbles: true, clientX: box.left + box.width * (0.25 + 0.1 * k),
-        clientY: box.top + box.height * (0.95 - 0.1 * k) }));
-    },
-  }[what];
-  const start = performance.now();
-  const el = fire();
-  if (el instanceof HTMLSelectElement) {
-    el.selectedIndex = (el.selectedIndex + 1) % el.options.length;
-    el.dispatchEvent(new Event("change", { bubbles: true }));
-  }
-  const script = performance.now() - start;
-  let frame = 0;
-  await new Promise((done) => requestAnimationFrame(() => {
-    frame = performance.now();
-    setTimeout(done, 0);
-  }));
-  return script + (performance.now() - frame);
-}
-"""
-
-
-def check_explorers(page, result: PageResult) -> None:
-    """Drive every control of every attention explorer; each must change what is drawn."""
-    roots = page.locator("[data-attention-explorer]")
-    if not roots.count():
-        return
-    size = page.evaluate("() => performance.getEntriesByType('navigation')[0].decodedBodySize")
-    if size > EXPLORER_PAGE_BYTES:
-        result.problems.append(
-            f"page with an explorer: {size / 1e3:.0f} KB of HTML (at most "
-            f"{EXPLORER_PAGE_BYTES / 1e3:.0f} KB)"
-        )
-    for k in range(roots.count()):
-        check_explorer(page, roots.nth(k), f"explorer {k + 1}", result)
-        check_explorer_speed(page, roots.nth(k), f"explorer {k + 1}", result)
-
-
-def check_explorer_speed(page, root, name: str, result: PageResult) -> None:
-    """Each interaction, at 4x CPU throttling (Chromium's own), redraws in under 50 ms."""
-    cdp = page.context.new_cdp_session(page)
-    root.scroll_into_view_if_needed()
-    cdp.send("Emulation.setCPUThrottlingRate", {"rate": EXPLORER_THROTTLE})
-    try:
-        times = {}
-        for what in ("temperature", "layer", "head", "mask", "sequence", "hovering a token",
-                     "hovering the heatmap"):  # fmt: skip
-            handle = root.element_handle()
-            runs = sorted(page.evaluate(EXPLORER_TIME_JS, [handle, what, k]) for k in range(5))
-            times[what] = runs[2]  # the median of five: a slow run or two is the runner's noise
-    finally:
-        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
-        cdp.detach()
-    slow = {what: ms for what, ms in times.items() if ms >= EXPLORER_MS}
-    if slow:
-        result.problems.append(
-            f"{name}: slower than {EXPLORER_MS:.0f} ms at {EXPLORER_THROTTLE}x CPU throttling: "
-            + ", ".join(f"{what} {ms:.0f} ms" for what, ms in slow.items())
-        )
-    result.notes.append(
-        f"{name} at {EXPLORER_THROTTLE}x throttling: "
-        + ", ".join(f"{what} {ms:.0f} ms" for what, ms in times.items())
-    )
-
-
-def check_explorer(page, root, name: str, result: PageResult) -> None:
-    if root.get_attribute("data-ready") is None or not root.locator("canvas.ax-heatmap").count():
-        result.problems.append(f"{name}: not drawn (is javascripts/explorer.js loaded?)")
-        return
-
-    def changes(what: str, act) -> None:
-        before = root.evaluate(EXPLORER_DRAWN_JS)
-        act()
-        if root.evaluate(EXPLORER_DRAWN_JS) == before:
-            result.problems.append(f"{name}: {what} changed nothing")
-        info = root.evaluate(EXPLORER_STATE_JS)
-        drawn = [None if w == "\u2013" else float(w) for w in info["strip"]]
-        expected = softmax_row(info)
-        if len(drawn) != len(expected) or any(
-            (a is None) != (b is None) or (a is not None and abs(a - b) > 0.006)
-            for a, b in zip(drawn, expected, strict=False)
-        ):
-            result.problems.append(
-                f"{name}: after {what}, the strip shows {drawn[:6]}..., a softmax of the "
-                f"embedded scores gives {[b and round(b, 2) for b in expected[:6]]}..."
-            )
-
-    selects = root.locator("select")
-    for s in range(selects.count()):
-        select = selects.nth(s)
-        label = select.evaluate("(el) => el.labels[0].textContent")
-        options = select.locator("option").count()
-        if options > 1:
-            other = (int(select.input_value()) + 1) % options
-            changes(f"the {label} select", functools.partial(select.select_option, index=other))
-    changes("the mask checkbox", root.locator("input[type=checkbox]").click)
-    changes("the temperature slider", lambda: root.locator("input[type=range]").fill("-1"))
-    tokens = root.locator(".ax-token")
-    changes("hovering a token", tokens.nth(1).hover)
-    changes("focusing a token", tokens.nth(3).focus)
-    changes("ArrowRight", lambda: page.keyboard.press("ArrowRight"))
-    if root.evaluate(EXPLORER_STATE_JS)["focused"] != "4":
-        result.problems.append(f"{name}: ArrowRight did not move the focus to the next token")
-    page.keyboard.press("Enter")
-    page.mouse.move(0, 0)
-    page.evaluate("() => document.activeElement.blur()")
-    info = root.evaluate(EXPLORER_STATE_JS)
-    if info["state"]["query"] != "4":
-        result.problems.append(f"{name}: Enter did not pin the query (now {info['state']})")
-    if info["unlabelled"] or info["live"] != 1:
-        result.problems.append(
-            f"{name}: controls without a label {info['unlabelled']}, "
-            f"{info['live']} aria-live captions"
-        )
-    for width in (1280, 390):
-        page.set_viewport_size({"width": width, "height": 900})
-        info = root.evaluate(EXPLORER_STATE_JS)
-        if info["overflow"] > 1 or info["pageWidth"] > 0:
-            result.problems.append(
-                f"{name}: wider than the column at {width} px by {info['overflow']:.0f} px "
-                f"(page {info['pageWidth']} px wider than the window)"
-            )
-    page.set_viewport_size({"width": 1280, "height": 900})
-    result.notes.append(f"{name}: controls driven")
 
 
 def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageResult:
@@ -408,8 +218,7 @@ def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageR
             f"math: {math['unrendered']} of {math['arithmatex']} formulas not rendered, "
             f"{math['blank']} drawn blank, {math['errors']} TeX errors"
         )
-    if math["overflowing"]:
-        result.problems.append(f"display formulas wider than the column: {math['overflowing']}")
+    check_formulas_fit(page, result)
     raw = page.evaluate(RAW_TEX_JS)
     if raw:
         result.problems.append(f"raw TeX in the text: {raw[:3]}")
@@ -463,6 +272,7 @@ def main() -> int:
         default=Path(os.environ.get("ATTENTION_SCREENSHOTS", "/tmp/attention-screenshots")),
     )
     parser.add_argument("--chromium", default=CHROMIUM)
+    parser.add_argument("--pages", nargs="*", help="only these pages, e.g. heads/ ('' = home)")
     args = parser.parse_args()
 
     if not (args.site / "index.html").is_file():
@@ -495,7 +305,7 @@ def main() -> int:
         browser = p.chromium.launch(
             executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS
         )
-        paths = page_paths(args.site)
+        paths = page_paths(args.site) if args.pages is None else args.pages
         for scheme in ("light", "dark"):
             context = browser.new_context(
                 color_scheme=scheme, viewport={"width": 1280, "height": 900}
@@ -535,6 +345,17 @@ TABLES_JS = """
   };
 })
 """
+
+
+def check_formulas_fit(page, result: PageResult) -> None:
+    """No display formula wider than its column, at 1280 px nor on a 390 px phone: MathJax
+    does not break lines, so a long one is broken in its source (`aligned`, `gathered`)."""
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        wide = page.evaluate(WIDE_MATH_JS)
+        if wide:
+            result.problems.append(f"display formulas wider than the column at {width} px: {wide}")
+    page.set_viewport_size({"width": 1280, "height": 900})
 
 
 def check_tables_fit(page, result: PageResult) -> None:

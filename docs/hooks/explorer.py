@@ -1,0 +1,177 @@
+"""MkDocs hook: write each attention explorer's weights file, and check the browser's forward.
+
+A page that calls `attention.explorer.explorer_html` leaves its model's float32 weights, the
+model and the sequences to check in `attention.explorer.published()`. After the build wrote
+the site, this hook writes each file where the page's explorer fetches it, then runs
+`docs/javascripts/model.js` (the forward the reader's browser runs) in headless Chromium on
+those sequences and fails the build unless every logit and weight is within
+`attention.explorer.TOLERANCE` of PyTorch's float32 answer and `attention.explorer.EXACT` of
+its float64 one (`attention.explorer.reference`).
+
+Chromium: `ATTENTION_CHROMIUM` (set by `nox -s docs`), else /usr/bin/chromium; playwright
+drives it (the `docs` extra installs the Python driver; never `playwright install`).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import http.server
+import logging
+import os
+import threading
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+
+log = logging.getLogger("mkdocs.hooks.explorer")
+
+CHECK_JS = """
+async ({ url, meta, cases }) => {
+  const model = attentionModel.load(meta, await (await fetch(url)).arrayBuffer());
+  const floats = (text, Type) =>
+    new Type(Uint8Array.from(atob(text), (c) => c.charCodeAt(0)).buffer);
+  /* the largest |browser - PyTorch|, over max(1, |PyTorch|) where `relative` (NaN: Infinity) */
+  const worst = (got, want, relative) => got.reduce((most, v, i) => {
+    const scale = relative ? Math.max(1, Math.abs(want[i])) : 1;
+    return Math.max(most, Math.abs(v - want[i]) / scale || (v === want[i] ? 0 : Infinity));
+  }, 0);
+  const errors = cases.map((c) => {
+    const out = attentionModel.forward(model, c.ids, c.settings);
+    const logits = new Float64Array(c.ids.length * meta.vocab_size);
+    c.ids.forEach((_, t) => logits.set(out.logitsAt(t), t * meta.vocab_size));
+    const weights = new Float64Array(out.weights.reduce((n, w) => n + w.length, 0));
+    out.weights.forEach((w, l) => weights.set(w, l * w.length));
+    const want = Object.fromEntries(["logits32", "weights32", "logits64", "weights64"].map(
+      (k) => [k, floats(c[k], k.endsWith("32") ? Float32Array : Float64Array)]));
+    if (want.logits64.length !== logits.length || want.weights64.length !== weights.length) {
+      return [Infinity, Infinity, Infinity, Infinity];
+    }
+    return [worst(logits, want.logits32, true), worst(weights, want.weights32, false),
+      worst(logits, want.logits64, false), worst(weights, want.weights64, false)];
+  });
+  const ids = Array.from({ length: meta.context_length }, (_, i) => (7 * i) % meta.vocab_size);
+  const settings = { mask: "causal", window: 4, sinks: 1, split: 0, temperature: 1, ablate: [] };
+  const whole = () => { // every layer, and the logits after every token
+    model.first = null; // nothing kept from the call before
+    const out = attentionModel.forward(model, ids, settings);
+    ids.forEach((_, t) => out.logitsAt(t));
+  };
+  for (let k = 0; k < 3; k++) whole();
+  const times = [];
+  for (let k = 0; k < 9; k++) {
+    const start = performance.now();
+    whole();
+    times.push(performance.now() - start);
+  }
+  return { errors, ms: times.sort((a, b) => a - b)[4] };
+}
+"""
+
+
+def _floats(tensor: Any, dtype: str) -> str:
+    """A tensor as base64 little-endian floats (`<f4` or `<f8`), as the JavaScript reads them."""
+    return base64.b64encode(tensor.detach().flatten().numpy().astype(dtype).tobytes()).decode()
+
+
+def _cases(entry: Any) -> list[dict[str, Any]]:
+    """Each case with PyTorch's answers: the model's own (float32), and in float64, where
+    only the browser's arithmetic can differ (its weights are the same float32s)."""
+    from attention.explorer import reference
+
+    exact = copy.deepcopy(entry.model).double()
+    cases = []
+    for idx, settings in entry.cases:
+        logits32, weights32 = reference(entry.model, idx, settings)
+        logits64, weights64 = reference(exact, idx, settings)
+        cases.append({
+            "ids": idx[0].tolist(),
+            "settings": asdict(settings),  # ablate: a list of [layer, head]
+            "logits32": _floats(logits32, "<f4"), "weights32": _floats(weights32, "<f4"),
+            "logits64": _floats(logits64, "<f8"), "weights64": _floats(weights64, "<f8"),
+        })  # fmt: skip
+    return cases
+
+
+def _serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(site))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def _check(site: Path, entries: list[Any]) -> None:
+    from attention.explorer import export_model
+
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        raise PluginError("the explorer check needs playwright (the docs extra)") from exc
+    chromium = os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        raise PluginError(f"the explorer check needs Chromium: none at {chromium} (set "
+                          "ATTENTION_CHROMIUM, or `sudo apt-get install chromium`)")  # fmt: skip
+    server, base = _serve(site)
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update"]  # fmt: skip
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=args)
+            page = browser.new_page()
+            page.goto(base + "javascripts/model.js")  # the site's origin, to fetch from it
+            page.add_script_tag(path=str(site / "javascripts" / "model.js"))
+            for entry in entries:
+                meta, _ = export_model(entry.model, _vocab(entry))
+                result = page.evaluate(CHECK_JS, {"url": base + entry.path, "meta": meta,
+                                                  "cases": _cases(entry)})  # fmt: skip
+                _judge(entry, result)
+            browser.close()
+    finally:
+        server.shutdown()
+
+
+def _vocab(entry: Any) -> list[str]:
+    return [str(i) for i in range(entry.model.vocab_size)]  # the forward reads no labels
+
+
+def _judge(entry: Any, result: dict[str, Any]) -> None:
+    """Fail unless the browser is within TOLERANCE of PyTorch's float32 answer (logits
+    relative to their size, at least 1), and within EXACT of its float64 one."""
+    from attention.explorer import EXACT, TOLERANCE
+
+    worst = [max(e[k] for e in result["errors"]) for k in range(4)]
+    log.info(f"explorer {entry.path}: {len(result['errors'])} sequences in Chromium; largest "
+             f"difference from PyTorch in float32: logits {worst[0]:.1e} (relative), weights "
+             f"{worst[1]:.1e}; in float64: {worst[2]:.1e}, {worst[3]:.1e}; a forward of "
+             f"{entry.model.context_length} tokens {result['ms']:.1f} ms")  # fmt: skip
+    limits = [TOLERANCE, TOLERANCE, EXACT, EXACT]
+    bad = [i for i, e in enumerate(result["errors"]) if not all(map(float.__le__, e, limits))]
+    if bad:
+        raise PluginError(
+            f"explorer {entry.path}: the browser's forward differs from PyTorch's on cases "
+            f"{bad[:10]}: float32 {worst[0]:.1e}, {worst[1]:.1e} (limit {TOLERANCE}), float64 "
+            f"{worst[2]:.1e}, {worst[3]:.1e} (limit {EXACT})"
+        )
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    from attention.explorer import published
+
+    entries = list(published())
+    published().clear()
+    site = Path(config.site_dir)
+    for entry in entries:
+        target = site / entry.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(entry.data)
+    if entries:
+        _check(site, entries)

@@ -1,0 +1,318 @@
+"""The site check's part for attention explorers (`docs/javascripts/explorer.js`): used by
+check_site.py on every page that has one.
+
+A reader's experiment, done by the check: type a sequence, repeat it, pin its last token, show
+the head with the highest induction score; that head's largest weight must land on the token
+after the earlier copy, and the model's prediction must be that token. Knocking out layer 0's
+best previous-token head must change the prediction. Every control must change what is drawn,
+an unknown word must be listed as left out, the keyboard must move and pin the query, nothing
+may overflow the column at 1280 or 390 px, each interaction must redraw within 50 ms at 4x CPU
+throttling (one that runs the model again: within 50 ms unthrottled, 100 ms at 4x), a forward
+of a full context within 50 ms unthrottled, and the page and the model it downloads must stay
+small.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+# A page with an explorer stays small enough to load quickly on a phone (issue 19), and the
+# explorer adds at most this much (its weights and scripts) to what a reader downloads.
+EXPLORER_PAGE_BYTES = 500_000
+EXPLORER_ADDS_BYTES = 2_000_000
+# Each interaction redraws within EXPLORER_MS on a CPU four times slower than the runner's; one
+# that runs the model again (a new sequence, mask, temperature or knocked-out head) within
+# twice that there, and within EXPLORER_MS unthrottled. A forward of a full context
+# (unthrottled) takes under FORWARD_MS.
+EXPLORER_MS, EXPLORER_THROTTLE, FORWARD_MS = 50.0, 4, 50.0
+RUNS_THE_MODEL = ("temperature", "mask", "knock out", "sequence")
+# What the check types: vocabulary words of the site's essay, long enough for the trained
+# model (repeats of 8 to 16 tokens), and a word no token of it matches.
+TYPED = " By the time we reach the end of the lamp"
+UNKNOWN = " ¤¤"
+
+# What an explorer draws, to compare before and after a control is used.
+DRAWN_JS = """
+(root) => JSON.stringify({
+  heatmap: [...root.querySelectorAll("canvas")].map((c) => c.toDataURL()),
+  tokens: [...root.querySelectorAll(".ax-token")].map(
+    (t) => t.className + t.textContent + getComputedStyle(t).backgroundColor),
+  caption: (root.querySelector(".ax-caption") || {}).textContent,
+  scores: (root.querySelector(".ax-scores") || {}).textContent,
+  prediction: (root.querySelector(".ax-prediction") || {}).textContent,
+})
+"""
+
+# Its state, every head's scores, whether every control has a label, and its width.
+STATE_JS = """
+(root) => {
+  const column = root.closest(".md-content__inner") || root.parentElement;
+  const rows = [...root.querySelectorAll(".ax-scores tr")].filter((r) => r.querySelector("button"));
+  return {
+    state: {...root.dataset},
+    heads: rows.map((r) => ({
+      layer: r.querySelector("button").dataset.layer, head: r.querySelector("button").dataset.head,
+      previous: Number(r.cells[1].textContent), induction: Number(r.cells[2].textContent),
+    })),
+    notice: root.querySelector(".ax-notice").textContent,
+    unknown: root.querySelectorAll(".ax-unknown").length,
+    focused: document.activeElement && document.activeElement.dataset.index,
+    unlabelled: [...root.querySelectorAll("select, input")].filter((el) => !el.labels.length)
+      .map((el) => el.id || el.type),
+    live: root.querySelectorAll("[aria-live]").length,
+    overflow: root.getBoundingClientRect().right - column.getBoundingClientRect().right,
+    pageWidth: document.documentElement.scrollWidth - window.innerWidth,
+  };
+}
+"""
+
+# A forward of the model's whole context, timed in the page (the median of nine).
+FORWARD_JS = """
+async (root) => {
+  const data = JSON.parse(root.querySelector("script[type='application/json']").textContent);
+  const src = [...document.scripts].find((s) => s.src.endsWith("javascripts/explorer.js")).src;
+  const response = await fetch(new URL(`../${data.model}`, src));
+  const model = attentionModel.load(data, await response.arrayBuffer());
+  const ids = Array.from({ length: data.context_length }, (_, i) => (7 * i) % data.vocab_size);
+  const times = [];
+  for (let k = 0; k < 12; k++) {
+    model.first = null; // nothing kept from the call before
+    const start = performance.now();
+    const out = attentionModel.forward(model, ids, data.defaults);
+    ids.forEach((_, t) => out.logitsAt(t)); // the logits after every token too
+    times.push(performance.now() - start);
+  }
+  const sizes = [response.url, ...["model.js", "explorer.js"].map((n) => src.replace("explorer.js", n))];
+  const bytes = await Promise.all(sizes.map(async (u) => (await (await fetch(u)).arrayBuffer()).byteLength));
+  return { ms: times.slice(3).sort((a, b) => a - b)[4], bytes: bytes.reduce((a, b) => a + b, 0) };
+}
+"""
+
+# One interaction, timed in the page: the handlers' script, then the frame that draws it.
+TIME_JS = """
+async ([root, what, k]) => {
+  const fire = {
+    temperature: () => {
+      const el = root.querySelector("input[type=range]");
+      el.value = String(k % 2 ? -0.5 - 0.25 * k : 0.5 + 0.25 * k);
+      el.dispatchEvent(new Event("input", { bubbles: true }));
+    },
+    layer: () => root.querySelector("select[id$=-layer]"),
+    head: () => root.querySelector("select[id$=-head]"),
+    mask: () => root.querySelector("select[id$=-mask]"),
+    "knock out": () => root.querySelectorAll(".ax-scores input[type=checkbox]")[k % 3].click(),
+    sequence: () => root.querySelector("select[id$=-preset]"),
+    "hovering a token": () => root.querySelectorAll(".ax-token")[2 + 2 * k].dispatchEvent(
+      new PointerEvent("pointerover", { bubbles: true })),
+    "hovering the heatmap": () => {
+      const box = root.querySelector("canvas.ax-heatmap").getBoundingClientRect();
+      root.querySelector("canvas.ax-heatmap").dispatchEvent(new PointerEvent("pointermove", {
+        bubbles: true, clientX: box.left + box.width * (0.25 + 0.1 * k),
+        clientY: box.top + box.height * (0.95 - 0.1 * k) }));
+    },
+  }[what];
+  const start = performance.now();
+  const el = fire();
+  if (el instanceof HTMLSelectElement) {
+    el.selectedIndex = (el.selectedIndex + 1) % el.options.length;
+    el.dispatchEvent(new Event("change", { bubbles: true }));
+  }
+  const script = performance.now() - start;
+  let frame = 0;
+  await new Promise((done) => requestAnimationFrame(() => {
+    frame = performance.now();
+    setTimeout(done, 0);
+  }));
+  return script + (performance.now() - frame);
+}
+"""
+
+
+def check_explorers(page: Any, result: Any) -> None:
+    """Every attention explorer of the page: loaded, used as a reader would, fast and small."""
+    roots = page.locator("[data-attention-explorer]")
+    if not roots.count():
+        return
+    size = page.evaluate("() => performance.getEntriesByType('navigation')[0].decodedBodySize")
+    if size > EXPLORER_PAGE_BYTES:
+        result.problems.append(f"page with an explorer: {size / 1e3:.0f} KB of HTML (at most "
+                               f"{EXPLORER_PAGE_BYTES / 1e3:.0f} KB)")  # fmt: skip
+    for k in range(roots.count()):
+        root, name = roots.nth(k), f"explorer {k}"
+        try:
+            page.wait_for_selector("[data-attention-explorer][data-loaded]", timeout=15_000)
+        except Exception:  # playwright's TimeoutError
+            result.problems.append(f"{name}: the model did not load")
+            continue
+        check_forward(root, name, result)
+        check_induction(page, root, name, result)
+        check_controls(page, root, name, result)
+        check_speed(page, root, name, result)
+
+
+def check_forward(root: Any, name: str, result: Any) -> None:
+    """A forward of the whole context within FORWARD_MS; the downloads within their budget."""
+    measured = root.evaluate(FORWARD_JS)
+    result.notes.append(f"{name}: forward of the context {measured['ms']:.1f} ms, model and "
+                        f"scripts {measured['bytes'] / 1e6:.2f} MB")  # fmt: skip
+    if measured["ms"] >= FORWARD_MS:
+        result.problems.append(f"{name}: a forward takes {measured['ms']:.0f} ms (>= {FORWARD_MS})")
+    if measured["bytes"] > EXPLORER_ADDS_BYTES:
+        result.problems.append(f"{name}: the model and its scripts are {measured['bytes']} bytes")
+
+
+def _state(root: Any) -> dict[str, Any]:
+    return root.evaluate(STATE_JS)  # type: ignore[no-any-return]
+
+
+def check_induction(page: Any, root: Any, name: str, result: Any) -> None:
+    """Type, repeat, show the best induction head: it reads the token after the earlier copy,
+    the prediction is that token, and knocking it out changes the prediction."""
+    root.locator("input[type=text]").fill(TYPED + UNKNOWN)
+    info = _state(root)
+    if info["unknown"] != 1 or "left out" not in info["notice"]:
+        result.problems.append(
+            f"{name}: an unknown word is not shown as left out: {info['notice']!r}"
+        )
+    root.locator("input[type=text]").fill(TYPED)
+    typed = _state(root)["state"]["tokens"].split(",")
+    root.get_by_role("button", name="Repeat what I typed").click()
+    info = _state(root)
+    ids = info["state"]["tokens"].split(",")
+    if ids != typed + typed:
+        result.problems.append(f"{name}: Repeat gave {ids}, not the typed tokens twice")
+        return
+    best = max((h for h in info["heads"] if h["layer"] != "0"), key=lambda h: h["induction"])
+    root.locator(
+        f"button.ax-pick[data-layer='{best['layer']}'][data-head='{best['head']}']"
+    ).click()
+    state = _state(root)["state"]
+    last = len(ids) - 1
+    after = [s for s in range(1, last + 1) if ids[s - 1] == ids[last]]
+    if state["query"] != str(last) or int(state["key"]) not in after:
+        result.problems.append(f"{name}: layer {best['layer']}, head {best['head']} (induction "
+                               f"{best['induction']}) reads key {state['key']} from query "
+                               f"{state['query']}, not one after an earlier copy {after}")  # fmt: skip
+    if state["prediction"] != ids[int(state["key"])]:
+        result.problems.append(f"{name}: predicts token id {state['prediction']}, not "
+                               f"{ids[int(state['key'])]}, the one after the earlier copy")  # fmt: skip
+    result.notes.append(f"{name}: typed {len(typed)} tokens, repeated; induction head "
+                        f"{best['layer']}.{best['head']} reads key {state['key']}, predicts "
+                        f"{state['prediction']}")  # fmt: skip
+    check_knock_out(root, name, best, result)
+
+
+def _knock(root: Any, layer: str, head: str) -> None:
+    root.locator(f"input[type=checkbox][data-layer='{layer}'][data-head='{head}']").click()
+
+
+def check_knock_out(root: Any, name: str, best: dict[str, Any], result: Any) -> None:
+    """Knocking out the induction head must cut the predicted token's probability at least
+    in half; knocking out every head of its layer that scores above 0.5 must change the
+    predicted token itself."""
+    _knock(root, best["layer"], best["head"])
+    intact, knocked = map(float, _state(root)["state"]["probability"].split(","))
+    if not knocked < intact / 2:
+        result.problems.append(f"{name}: knocking out head {best['layer']}.{best['head']} "
+                               f"moves the prediction's probability from {intact:.2f} to "
+                               f"{knocked:.2f} only")  # fmt: skip
+    others = [h for h in _state(root)["heads"] if h["layer"] == best["layer"]
+              and h["head"] != best["head"] and h["induction"] > 0.5]  # fmt: skip
+    for h in others:
+        _knock(root, h["layer"], h["head"])
+    before, after = _state(root)["state"]["prediction"].split(",")
+    if before == after:
+        result.problems.append(f"{name}: with every induction head knocked out, the model "
+                               f"still predicts {before}")  # fmt: skip
+    result.notes.append(f"{name}: knocking out head {best['layer']}.{best['head']}: p "
+                        f"{intact:.2f} -> {knocked:.2f}; with {len(others)} more: predicts "
+                        f"{after}, not {before}")  # fmt: skip
+    for h in [best, *others]:
+        _knock(root, h["layer"], h["head"])
+
+
+def check_controls(page: Any, root: Any, name: str, result: Any) -> None:
+    """Each control changes what is drawn; the keyboard moves and pins; labels; width."""
+
+    def changes(what: str, act: Any) -> None:
+        before = root.evaluate(DRAWN_JS)
+        act()
+        if root.evaluate(DRAWN_JS) == before:
+            result.problems.append(f"{name}: {what} changed nothing")
+
+    changes("the preset select", lambda: root.locator("select[id$=-preset]").select_option(index=1))
+    changes(
+        "the add-a-token select", lambda: root.locator("select[id$=-add]").select_option(index=5)
+    )
+    for what in ("layer", "head"):
+        select = root.locator(f"select[id$=-{what}]")
+        other = (int(select.input_value()) + 1) % select.locator("option").count()
+        changes(f"the {what} select", functools.partial(select.select_option, index=other))
+    for mask in ("window", "sinks", "documents", "causal"):
+        changes(
+            f"the {mask} mask", lambda m=mask: root.locator("select[id$=-mask]").select_option(m)
+        )
+    root.locator("select[id$=-mask]").select_option("window")
+    changes("the window size", lambda: root.locator("input[id$=-window]").fill("2"))
+    root.locator("select[id$=-mask]").select_option("causal")
+    changes("the temperature slider", lambda: root.locator("input[type=range]").fill("-1"))
+    changes("knocking out a head", lambda: _knock(root, "0", "1"))
+    tokens = root.locator(".ax-token[data-index]")
+    changes("hovering a token", tokens.nth(1).hover)
+    changes("focusing a token", tokens.nth(3).focus)
+    changes("ArrowRight", lambda: page.keyboard.press("ArrowRight"))
+    if _state(root)["focused"] != "4":
+        result.problems.append(f"{name}: ArrowRight did not move the focus to the next token")
+    page.keyboard.press("Enter")
+    page.mouse.move(0, 0)
+    page.evaluate("() => document.activeElement.blur()")
+    info = _state(root)
+    if info["state"]["query"] != "4":
+        result.problems.append(f"{name}: Enter did not pin the query (now {info['state']})")
+    if info["unlabelled"] or info["live"] < 2:
+        result.problems.append(f"{name}: controls without a label {info['unlabelled']}, "
+                               f"{info['live']} aria-live regions")  # fmt: skip
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        info = _state(root)
+        if info["overflow"] > 1 or info["pageWidth"] > 0:
+            result.problems.append(f"{name}: wider than the column at {width} px by "
+                                   f"{info['overflow']:.0f} px")  # fmt: skip
+    page.set_viewport_size({"width": 1280, "height": 900})
+    result.notes.append(f"{name}: controls driven")
+
+
+def check_speed(page: Any, root: Any, name: str, result: Any) -> None:
+    """Each interaction's time to redraw, at 4x CPU throttling (Chromium's own) and without."""
+    root.locator("select[id$=-preset]").select_option(index=0)  # the first, 2n tokens
+    root.scroll_into_view_if_needed()
+    slow = _times(page, root, 1, RUNS_THE_MODEL)
+    throttled = _times(page, root, EXPLORER_THROTTLE, (*RUNS_THE_MODEL, "layer", "head",
+                       "hovering a token", "hovering the heatmap"))  # fmt: skip
+    limit = {what: EXPLORER_MS * (2 if what in RUNS_THE_MODEL else 1) for what in throttled}
+    over = [f"{what} {ms:.0f} ms at {EXPLORER_THROTTLE}x (limit {limit[what]:.0f})"
+            for what, ms in throttled.items() if ms >= limit[what]]  # fmt: skip
+    over += [f"{what} {ms:.0f} ms unthrottled" for what, ms in slow.items() if ms >= EXPLORER_MS]
+    if over:
+        result.problems.append(f"{name}: too slow: " + ", ".join(over))
+    result.notes.append(f"{name} unthrottled: "
+                        + ", ".join(f"{what} {ms:.0f} ms" for what, ms in slow.items())
+                        + f"; at {EXPLORER_THROTTLE}x throttling: "
+                        + ", ".join(f"{what} {ms:.0f} ms" for what, ms in throttled.items()))  # fmt: skip
+
+
+def _times(page: Any, root: Any, rate: int, interactions: tuple[str, ...]) -> dict[str, float]:
+    """The median of five runs of each interaction, at CPU throttling `rate`."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Emulation.setCPUThrottlingRate", {"rate": rate})
+    try:
+        times = {}
+        for what in interactions:
+            handle = root.element_handle()
+            runs = sorted(page.evaluate(TIME_JS, [handle, what, k]) for k in range(5))
+            times[what] = runs[2]  # the median of five: a slow run or two is the runner's noise
+    finally:
+        cdp.send("Emulation.setCPUThrottlingRate", {"rate": 1})
+        cdp.detach()
+    return times
