@@ -100,8 +100,9 @@ class Settings:
         ablate: the `(layer, head)` pairs knocked out: their context vectors are zeroed.
 
     Raises:
-        ValueError: an unknown mask, a size below 1 (`sinks`, `split`: below 0), or a
-            temperature that is not a finite number above 0.
+        ValueError: an unknown mask, a size below 1 (`sinks`, `split`: below 0), a
+            temperature that is not a finite number above 0, or `ablate` not distinct pairs
+            of ints >= 0.
     """
 
     mask: str = "causal"
@@ -120,6 +121,7 @@ class Settings:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
             raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
+        object.__setattr__(self, "ablate", _pairs(self.ablate))  # a list becomes a tuple
 
     def rule(self) -> Visibility:
         """The layers' visibility rule under this mask (documents: causal, plus the ids)."""
@@ -131,6 +133,20 @@ class Settings:
         if self.mask != "documents":
             return None
         return (torch.arange(num_tokens) >= self.split).long()[None]
+
+
+def _pairs(ablate: object) -> tuple[tuple[int, int], ...]:
+    """`ablate` as a tuple of distinct `(layer, head)` pairs of ints >= 0, or a clear error."""
+    bad = ValueError(f"ablate must be distinct (layer, head) pairs of ints >= 0, got {ablate!r}")
+    if isinstance(ablate, str) or not isinstance(ablate, tuple | list):
+        raise bad
+    pairs = tuple(tuple(pair) if isinstance(pair, tuple | list) else () for pair in ablate)
+    for pair in pairs:
+        if len(pair) != 2 or not all(type(v) is int and v >= 0 for v in pair):
+            raise bad
+    if len(set(pairs)) != len(pairs):
+        raise bad
+    return pairs  # type: ignore[return-value]
 
 
 def _blocks(model: GPTModel) -> list[TransformerBlock]:
@@ -152,15 +168,18 @@ def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any],
         float32s); `blob` the tensors, float32 little-endian, one after another.
 
     Raises:
-        TypeError: `model` is not a `GPTModel`, `vocab` not a sequence of strings.
-        ValueError: `vocab` of the wrong length, or a model the browser cannot run.
+        TypeError: `model` is not a `GPTModel`, `vocab` not a list or tuple of strings.
+        ValueError: `vocab` of the wrong length, with repeats or an empty string, or a model
+            the browser cannot run.
     """
     if not isinstance(model, GPTModel):
         raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
-    if isinstance(vocab, str) or not all(isinstance(v, str) for v in vocab):
-        raise TypeError("vocab must be a sequence of token strings")
+    if not isinstance(vocab, list | tuple) or not all(isinstance(v, str) for v in vocab):
+        raise TypeError(f"vocab must be a list or tuple of token strings, got {vocab!r:.60}")
     if len(vocab) != model.vocab_size:
         raise ValueError(f"vocab must hold vocab_size={model.vocab_size} strings, got {len(vocab)}")
+    if len(set(vocab)) != len(vocab) or "" in vocab:
+        raise ValueError("vocab must hold distinct, non-empty strings: the browser reads text")
     att = _blocks(model)[0].att
     if any(b.att.sink_logits is not None or b.att.rule != att.rule for b in _blocks(model)):
         raise ValueError("the browser runs blocks of one visibility rule, without sink logits")
@@ -189,7 +208,16 @@ def _settings(model: GPTModel, settings: Settings) -> Iterator[None]:
     rules = [b.att.rule for b in blocks]
     queries = [(q.weight.data, None if q.bias is None else q.bias.data)  # the tensors kept
                for q in (b.att.W_query for b in blocks)]  # fmt: skip
+
+    def restore() -> None:
+        for block, rule, (kept, kept_bias) in zip(blocks, rules, queries, strict=True):
+            block.att.rule = rule
+            block.att.W_query.weight.data = kept
+            if kept_bias is not None:
+                block.att.W_query.bias.data = kept_bias
+
     with ExitStack() as stack:
+        stack.callback(restore)  # first: whatever raises below, the model is given back
         for block in blocks:
             block.att.rule = settings.rule()
             weight, bias = block.att.W_query.weight, block.att.W_query.bias
@@ -198,14 +226,7 @@ def _settings(model: GPTModel, settings: Settings) -> Iterator[None]:
                 bias.data = bias.data / settings.temperature
         for layer, head in settings.ablate:
             stack.enter_context(ablate_head(model, layer, head))
-        try:
-            yield
-        finally:
-            for block, rule, (kept, kept_bias) in zip(blocks, rules, queries, strict=True):
-                block.att.rule = rule
-                block.att.W_query.weight.data = kept
-                if kept_bias is not None:
-                    block.att.W_query.bias.data = kept_bias
+        yield
 
 
 def reference(
@@ -221,11 +242,23 @@ def reference(
     Returns:
         `(logits, weights)`: `(num_tokens, vocab_size)` and `(n_layers, n_heads, num_tokens,
         num_tokens)`, in the model's dtype.
+
+    Raises:
+        TypeError: `model` not a `GPTModel`, `settings` not `Settings`, `idx` not ids.
+        ValueError: `model` in training mode (dropout would make the answer random), `idx`
+            not `(1, num_tokens)` ids of the vocabulary with `num_tokens >= 1`, or an ablated
+            head the model does not have.
     """
     settings = Settings() if settings is None else settings
-    check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
-    if idx.ndim != 2 or idx.shape[0] != 1:
-        raise ValueError(f"idx must be (1, num_tokens), got {tuple(idx.shape)}")
+    if not isinstance(settings, Settings):
+        raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
+    if not isinstance(model, GPTModel):
+        raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
+    if model.training:
+        raise ValueError("model must be in eval mode (model.eval()): dropout is random")
+    idx = check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
+    if idx.ndim != 2 or idx.shape[0] != 1 or idx.shape[1] < 1:
+        raise ValueError(f"idx must be (1, num_tokens), num_tokens >= 1, got {tuple(idx.shape)}")
     docs = settings.document_ids(idx.shape[1])
     with _settings(model, settings), torch.no_grad():
         logits = model(idx, document_ids=docs)[0]  # (T, V)
@@ -306,10 +339,13 @@ def explorer_html(
         text shown where the script does not run.
 
     Raises:
-        ValueError: no presets, or a preset not `(1, num_tokens)` ids that fit the context.
+        ValueError: no presets, a preset not `(1, num_tokens)` ids that fit the context, or a
+            model in training mode.
     """
     if not presets:
         raise ValueError("presets must hold at least one named sequence, got none")
+    if not isinstance(model, GPTModel) or model.training:
+        raise ValueError("model must be a GPTModel in eval mode (model.eval())")
     for key, idx in presets.items():
         check_ids(idx, f"presets[{key!r}]", model.vocab_size)
         if idx.ndim != 2 or idx.shape[0] != 1 or not 1 <= idx.shape[1] <= model.context_length:

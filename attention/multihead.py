@@ -122,7 +122,7 @@ class MultiHeadAttention(nn.Module):
     $$
 
     $$
-    \text{out} = [Z^{(1)}; \dots; Z^{(h)}]\, W_o + b_o,
+    \text{out} = [Z^{(0)}; \dots; Z^{(h-1)}]\, W_o + b_o,
     $$
 
     with $M_{ij} = 0$ where query $i$ may see key $j$ and $-\infty$ elsewhere: the rule of

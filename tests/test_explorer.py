@@ -139,6 +139,12 @@ def test_the_html_embeds_the_meta_and_publishes_the_weights(model: GPTModel) -> 
         (lambda: Settings(temperature=0.0), ValueError, "temperature must be a finite number > 0"),
         (lambda: Settings(temperature=float("nan")), ValueError, "temperature must be"),
         (lambda: Settings(split=-1), ValueError, "split must be"),
+        (lambda: Settings(ablate=(0, 1)), ValueError, r"ablate must be distinct \(layer, head\)"),
+        (lambda: Settings(ablate=((0, 1), (0, 1))), ValueError, "ablate must be distinct"),
+        (lambda: Settings(ablate=((0.0, 1),)), ValueError, "ablate must be distinct"),
+        (lambda: Settings(ablate=((True, 0),)), ValueError, "ablate must be distinct"),
+        (lambda: Settings(ablate=((-1, 0),)), ValueError, "ablate must be distinct"),
+        (lambda: Settings(ablate="ab"), ValueError, "ablate must be distinct"),
     ],
 )
 def test_bad_settings_are_named(make: object, error: type, match: str) -> None:
@@ -157,3 +163,31 @@ def test_bad_models_vocabularies_and_presets_are_named(model: GPTModel) -> None:
         explorer_html(model, VOCAB, {"long": torch.zeros(1, 17, dtype=torch.long)})
     with pytest.raises(ValueError, match="idx must be"):
         reference(model, IDX[0])
+
+
+def test_a_bad_head_to_knock_out_leaves_the_model_as_it_was(model: GPTModel) -> None:
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rules = [block.att.rule for block in model.trf_blocks]
+    settings = Settings(mask="window", window=2, temperature=2.0, ablate=[(0, 1), (5, 0)])
+    assert settings.ablate == ((0, 1), (5, 0))  # a list becomes a tuple: hashable
+    with pytest.raises(ValueError, match=r"layer must be < 2 and head < 4"):
+        reference(model, IDX, settings)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name  # W_query no longer divided by 2
+    assert [block.att.rule for block in model.trf_blocks] == rules
+
+
+def test_reference_refuses_what_would_make_its_answer_wrong(model: GPTModel) -> None:
+    with pytest.raises(ValueError, match=r"eval mode"):
+        reference(model.train(), IDX)  # dropout: a random answer
+    model.eval()
+    with pytest.raises(TypeError, match="settings must be a Settings"):
+        reference(model, IDX, {"mask": "causal"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"num_tokens >= 1"):
+        reference(model, IDX[:, :0])
+    logits, _ = reference(model, IDX.tolist())  # nested lists are ids too
+    assert logits.shape == (IDX.shape[1], CFG["vocab_size"])
+    with pytest.raises(ValueError, match="distinct, non-empty strings"):
+        export_model(model, ["a"] * 12)
+    with pytest.raises(TypeError, match="list or tuple of token strings"):
+        export_model(model, (f"t{i}" for i in range(12)))  # type: ignore[arg-type]

@@ -32,6 +32,11 @@
   };
   const trimmed = (token) => shown(token).trim() || shown(token);
   const quoted = (token) => `\u201c${trimmed(token)}\u201d`;
+  /* A token in the "Add a token" list: a leading space shown, so " A" and "A" differ. */
+  const spaced = (token) => shown(token).replace(/^ /, "\u2423");
+  /* The text box shows line breaks and tabs as the strip does, and reads them back. */
+  const typed = (text) => text.replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5");
+  const untyped = (text) => text.replace(/\u21b5/g, "\n").replace(/\u21e5/g, "\t");
 
   const make = (tag, attrs = {}, text = null) => {
     const el = document.createElement(tag);
@@ -77,7 +82,7 @@
     const input = make("input", { type: "text", autocomplete: "off", spellcheck: "false" });
     const preset = options(make("select"), data.presets.map((p, k) => [String(k), p.name]));
     const picker = options(make("select"), [["", "add a token\u2026"],
-      ...vocab.map((s, k) => [String(k), trimmed(s)]).sort((a, b) => a[1].localeCompare(b[1]))]);
+      ...vocab.map((s, k) => [String(k), spaced(s)]).sort((a, b) => a[1].localeCompare(b[1]))]);
     const repeat = make("button", { type: "button", class: "md-button ax-button" },
       "Repeat what I typed");
     const layerSel = options(make("select"),
@@ -192,7 +197,7 @@
       tokens = state.ids.map((tokenId, k) => {
         const el = pooled(tokenPool, k, () => {
           const made = make("span", {
-            class: "ax-token", tabindex: "0", role: "button", "aria-pressed": "false",
+            class: "ax-token", tabindex: "-1", role: "button", "aria-pressed": "false",
             "data-index": String(k),
           });
           made.append(make("span", { class: "ax-text" }), make("span", { class: "ax-weight" }));
@@ -474,6 +479,7 @@
         el.classList.toggle("ax-key", k === j);
         el.classList.toggle("ax-masked", masked);
         el.setAttribute("aria-pressed", String(k === state.pinned));
+        el.tabIndex = k === state.pinned ? 0 : -1; // one stop for the strip: arrows move in it
         el.style.backgroundColor = masked ? "" : heat(w, 0.6);
         setText(el.lastChild, text);
         el.setAttribute("aria-label", `token ${k} ${quoted(label(k))}` + (masked ? ", masked" : `, weight ${text}`));
@@ -510,28 +516,30 @@
       if (ids.length > maxT) notes.push(`Only the first ${maxT} tokens are used: the model's context.`);
       if (!kept.length) notes.push("No token of the vocabulary in what you typed: the sequence is unchanged.");
       setText(notice, notes.join(" "));
-      if (!fromText) input.value = state.ids.map((k) => vocab[k]).join("");
-      if (!(state.split > 0 && state.split < state.ids.length)) { // two documents: halves
-        state.split = Math.floor(state.ids.length / 2);
-        splitIn.value = String(state.split);
-      }
+      if (!fromText) input.value = typed(state.ids.map((k) => vocab[k]).join(""));
+      state.split = Math.floor(state.ids.length / 2); // two documents: the halves (a repeat's)
+      splitIn.value = String(state.split);
       build();
       compute();
+      requestAnimationFrame(() => { // the pinned (last) token in view inside the strip
+        const last = tokens[state.pinned];
+        if (last) strip.scrollTop = last.offsetTop; // (the strip is positioned)
+      });
     }
 
     // --- events -----------------------------------------------------------------------------
     input.addEventListener("input", () => {
-      const pieces = AM.tokenize(vocab, input.value);
+      const pieces = AM.tokenize(vocab, untyped(input.value));
       setSequence(pieces.filter((p) => p.id !== null).map((p) => p.id),
         pieces.filter((p) => p.id === null).map((p) => p.text), true);
     });
     preset.addEventListener("change", () => setSequence(data.presets[Number(preset.value)].ids));
     picker.addEventListener("change", () => {
       if (picker.value === "") return;
-      setSequence([...state.ids, Number(picker.value)]);
+      setSequence([...state.ids, Number(picker.value)], state.unknown); // still left out
       picker.value = "";
     });
-    repeat.addEventListener("click", () => setSequence([...state.ids, ...state.ids]));
+    repeat.addEventListener("click", () => setSequence([...state.ids, ...state.ids], state.unknown));
     layerSel.addEventListener("change", () => { state.layer = Number(layerSel.value); update(); });
     headSel.addEventListener("change", () => { state.head = Number(headSel.value); update(); });
     const showNumbers = () => { // greyed out, not hidden: the controls never move
@@ -548,6 +556,7 @@
         state[key] = v;
         compute();
       });
+      el.addEventListener("change", () => { el.value = String(state[key]); }); // what is used
     }
     temp.addEventListener("input", () => { state.temperature = 2 ** Number(temp.value); compute(); });
     scores.addEventListener("change", (event) => {
