@@ -146,7 +146,7 @@ def _pairs(ablate: object) -> tuple[tuple[int, int], ...]:
             raise bad
     if len(set(pairs)) != len(pairs):
         raise bad
-    return pairs  # type: ignore[return-value]
+    return pairs
 
 
 def _blocks(model: GPTModel) -> list[TransformerBlock]:
