@@ -125,7 +125,7 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         weights: list[Tensor] = [p.weight for p in projections]
         if theirs.in_proj_weight is not None:  # stacked: (3 * d_out, d_in)
             theirs.in_proj_weight.copy_(torch.cat(weights))
-        else:  # kdim or vdim differ from embed_dim: one weight each
+        else:  # kdim or vdim differ from embed_dim (cross-attention, chapter 14): one each
             for name, w in zip(("q", "k", "v"), weights, strict=True):
                 getattr(theirs, f"{name}_proj_weight").copy_(w)
         biases: list[Tensor] = [

@@ -135,7 +135,8 @@
       for (const text of ["head", "previous-token", "induction", "knock out"]) {
         head.append(make("th", { scope: "col" }, text));
       }
-      scores.append(make("caption", {}, "Each head on your sequence (a head's name shows it)"), head);
+      scores.append(make("caption", {}, "Each head on your sequence (a head's name shows it; " +
+        "knocking a head out removes its output, its own weights stay)"), head);
       for (let k = 0; k < L * H; k++) {
         const [l, h] = [Math.floor(k / H), k % H];
         const row = make("tr");
@@ -398,7 +399,8 @@
         return { best, p };
       };
       const fill = ({ title, items }, text, { best, p }) => {
-        setText(title, text);
+        // a flat distribution is no prediction: say so, or its top token reads like one
+        setText(title, p[best[0]] < 0.1 ? `${text}: nothing (no token above 0.10)` : text);
         items.forEach((li, n) => {
           li.style.backgroundColor = heat(p[best[n]], 0.6);
           setText(li.firstChild, trimmed(vocab[best[n]]));
@@ -411,15 +413,16 @@
       let knocked = null;
       if (state.ablate.length) {
         knocked = top(run);
-        const names = state.ablate.map(([l, h]) => `${l}.${h}`).join(", ");
-        fill(lists[1], `with head${state.ablate.length > 1 ? "s" : ""} ${names} (layer.head) ` +
-          "knocked out", knocked);
+        const names = state.ablate.map(([l, h]) => `layer ${l}, head ${h}`).join("; ");
+        fill(lists[1], `with ${names} knocked out`, knocked);
       }
       const copies = [];
       for (let s = 1; s <= i; s++) if (state.ids[s - 1] === state.ids[i]) copies.push(s);
+      const hidden = copies.filter((s) => !run.seen[i * T + s]);
       setText(copyNote, copies.length
         ? `Earlier, ${quoted(label(i))} was followed by ` +
-          `${copies.map((s) => quoted(label(s))).join(", ")} (token ${copies.join(", ")}).`
+          `${copies.map((s) => quoted(label(s))).join(", ")} (token ${copies.join(", ")})` +
+          (hidden.length ? `; the mask hides token ${hidden.join(", ")} from this query.` : ".")
         : `${quoted(label(i))} has not occurred before: there is no copy to follow.`);
       const first = mine.best[0];
       root.dataset.prediction = knocked ? `${first},${knocked.best[0]}` : String(first);
@@ -563,6 +566,7 @@
       if (event.target.type !== "checkbox") return;
       state.ablate = scoreCells.filter((c) => c.knock.checked)
         .map((c) => [Number(c.knock.dataset.layer), Number(c.knock.dataset.head)]);
+      scoreCells.forEach((c) => c.row.classList.toggle("ax-off", c.knock.checked));
       compute();
     });
     scores.addEventListener("click", (event) => {
