@@ -2,10 +2,10 @@ r"""The attention explorer: a trained GPT, run in the reader's browser, checked 
 
 [`explorer_html`][attention.explorer.explorer_html] ships a
 [`GPTModel`][attention.gpt.GPTModel] to a page: its weights as one float32 file, and its
-configuration and vocabulary as JSON. The site's `docs/javascripts/explorer.js` holds a forward
+configuration and vocabulary as JSON. The site's `docs/javascripts/model.js` holds a forward
 pass written for this model (LayerNorm, RoPE or learned positions, grouped heads, the
-feed-forward, the vocabulary head), and runs it on whatever the reader types. Every head
-computes
+feed-forward, the vocabulary head), and `docs/javascripts/explorer.js` runs it on whatever the
+reader types and draws what it computed. Every head computes
 
 $$
 \alpha = \operatorname{softmax}\!\left(\frac{Q K^\top}{\tau \sqrt{d_h}} + M\right),
@@ -21,16 +21,20 @@ float32 answer and `EXACT` of its float64 one.
 
 Examples:
     >>> _ = torch.manual_seed(0)
-    >>> cfg = {"vocab_size": 10, "context_length": 8, "emb_dim": 16, "n_heads": 2,
-    ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10000.0}
+    >>> cfg = {"vocab_size": 10, "context_length": 8, "emb_dim": 16,
+    ...        "n_heads": 2, "n_layers": 2, "drop_rate": 0.0,
+    ...        "qkv_bias": False, "rope_base": 10000.0}
     >>> model = GPTModel(cfg).eval()
     >>> meta, blob = export_model(model, [f"t{i}" for i in range(10)])
-    >>> meta["n_layers"], meta["n_heads"], meta["rope_base"], len(blob) == 4 * meta["floats"]
-    (2, 2, 10000.0, True)
+    >>> meta["n_layers"], meta["n_heads"], meta["rope_base"]
+    (2, 2, 10000.0)
+    >>> len(blob) == 4 * meta["floats"]  # float32s
+    True
     >>> meta["tensors"]["tok_emb.weight"]  # [offset, shape] in float32s
     [0, [10, 16]]
     >>> idx = torch.tensor([[1, 2, 3, 1, 2, 3]])  # (1, T)
-    >>> logits, weights = reference(model, idx, Settings(mask="window", window=2))
+    >>> window = Settings(mask="window", window=2)
+    >>> logits, weights = reference(model, idx, window)
     >>> logits.shape, weights.shape  # (T, V), (n_layers, n_heads, T, T)
     (torch.Size([6, 10]), torch.Size([2, 2, 6, 6]))
     >>> float(weights[0, 0, 5, :4].sum())  # a window of 2: keys 4 and 5 only
