@@ -17,10 +17,9 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,9 +29,13 @@ from torch import Tensor, nn
 
 from attention.checks import check_ids, check_size, check_tensor
 from attention.rnn import Seq2Seq, decoder_inputs
+from attention.training import torch_threads
 
 __all__ = [
+    "MAX_LEN",
+    "MIN_LEN",
     "TOKEN_LETTERS",
+    "VOCAB_SIZE",
     "ExperimentResult",
     "copy_batch",
     "evaluate_by_length",
@@ -40,6 +43,10 @@ __all__ = [
     "token_letters",
     "train",
 ]
+
+VOCAB_SIZE, MIN_LEN, MAX_LEN = 20, 2, 12
+"""The task's sizes: tokens in the vocabulary, and the shortest and longest sequence. Every
+model trained on it (chapter 1's two, chapter 14's transformer) uses these."""
 
 TOKEN_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 """How token ids are shown on the page and in plots: id 0 is `a`, id 1 is `b`, ..."""
@@ -98,8 +105,8 @@ def train(
     *,
     steps: int = 400,
     batch_size: int = 256,
-    min_len: int = 2,
-    max_len: int = 12,
+    min_len: int = MIN_LEN,
+    max_len: int = MAX_LEN,
     lr: float = 1e-2,
     seed: int = 0,
 ) -> list[float]:
@@ -249,26 +256,14 @@ class ExperimentResult:
         return self.plain_seconds + self.attention_seconds
 
 
-@contextlib.contextmanager
-def _torch_threads(num_threads: int | None) -> Iterator[None]:
-    """Use `num_threads` intra-op threads inside the block (None: leave as is), then restore."""
-    before = torch.get_num_threads()
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def run_experiment(
     seed: int = 0,
     *,
-    vocab_size: int = 20,
+    vocab_size: int = VOCAB_SIZE,
     embed_dim: int = 16,
     hidden_size: int = 32,
-    min_len: int = 2,
-    max_len: int = 12,
+    min_len: int = MIN_LEN,
+    max_len: int = MAX_LEN,
     steps: int = 400,
     batch_size: int = 256,
     lr: float = 1e-2,
@@ -308,7 +303,7 @@ def run_experiment(
     lengths = list(range(min_len, max_len + 1))
     accuracy, losses, seconds = {}, {}, {}
     models = {}
-    with _torch_threads(num_threads):
+    with torch_threads(num_threads):
         for name, use_attention in (("plain", False), ("attention", True)):
             start = time.perf_counter()
             with torch.random.fork_rng(devices=[]):

@@ -53,10 +53,10 @@ import torch
 from torch import Tensor, nn
 
 from attention.checks import check_ids, check_size, check_tensor
-from attention.copy_task import _torch_threads
 from attention.core import causal_mask
 from attention.gpt import GPTModel, TransformerBlock
 from attention.text import gpt2_encoding, sample_text
+from attention.training import torch_threads
 from attention.visibility import same_segment
 
 __all__ = [
@@ -301,6 +301,11 @@ class InductionRun:
     previous_token: list[float] = field(default_factory=list)
     seconds: float = 0.0
 
+    @property
+    def periods(self) -> tuple[int, int]:
+        """The shortest and the longest period of the sequences it was trained on."""
+        return _periods(self.n)
+
     def encode(self, text: str) -> Tensor:
         """`text` as the model's token ids, `(1, num_tokens)`.
 
@@ -385,7 +390,7 @@ def train_induction(
     data = torch.Generator().manual_seed(seed)
     probe = repeated_tokens(64, n, len(vocab), torch.Generator().manual_seed(seed + 1))
     start = time.perf_counter()
-    with _torch_threads(num_threads):
+    with torch_threads(num_threads):
         for step in range(steps + 1):
             if step % log_every == 0 or step == steps:
                 model.eval()
@@ -407,13 +412,19 @@ def train_induction(
     return run
 
 
+def _periods(n: int) -> tuple[int, int]:
+    """The periods `m` a training sequence of `2n` tokens repeats with: `n // 2` to `n`."""
+    return n // 2, n
+
+
 def _periodic(batch_size: int, n: int, vocab_size: int, generator: torch.Generator) -> Tensor:
     """`2n` tokens: `m` random ones, repeated until `2n`, with the period `m` drawn in `n/2..n`.
 
     With one fixed period a head could find the earlier copy by position alone ("look
     `n - 1` back"); a period that varies leaves only the content to match: induction.
     """
-    periods = torch.randint(n // 2, n + 1, (batch_size,), generator=generator)  # m: (b,)
+    shortest, longest = _periods(n)
+    periods = torch.randint(shortest, longest + 1, (batch_size,), generator=generator)  # (b,)
     pattern = torch.randint(vocab_size, (batch_size, n), generator=generator)  # (b, n)
     positions = torch.arange(2 * n) % periods[:, None]  # t mod m: (b, 2n)
     return pattern.gather(1, positions)  # x_t = x_{t mod m}: (b, 2n)

@@ -59,7 +59,9 @@ from torch import Tensor, nn
 from attention.cache import KVCache
 from attention.checks import check_ids, check_padding_mask, check_size
 from attention.copy_task import (
-    _torch_threads,
+    MAX_LEN,
+    MIN_LEN,
+    VOCAB_SIZE,
     copy_batch,
     evaluate_by_length,
     token_letters,
@@ -69,6 +71,7 @@ from attention.gpt import FeedForward, LayerNorm
 from attention.multihead import MultiHeadAttention
 from attention.positions import sinusoidal_positions
 from attention.rnn import decoder_inputs
+from attention.training import torch_threads
 
 __all__ = [
     "DecoderBlock",
@@ -497,8 +500,9 @@ def transformer_experiment(
     """Train and test the transformer on chapter 1's copy task; memoised per argument set.
 
     The data and the sizes the two models share are
-    [`run_experiment`][attention.copy_task.run_experiment]'s defaults: 20 tokens, lengths
-    2 to 12, batches of 256 drawn under `seed`, 256 test sequences per length under
+    [`run_experiment`][attention.copy_task.run_experiment]'s defaults: the task's
+    [`VOCAB_SIZE`][attention.copy_task.VOCAB_SIZE] tokens and lengths `MIN_LEN` to `MAX_LEN`,
+    batches of 256 drawn under `seed`, 256 test sequences per length under
     `seed + 1`, the alignment example under `seed + 2`. The weights are drawn under `seed`;
     the global RNG is left untouched. A page that shows the result twice trains once.
 
@@ -514,9 +518,9 @@ def transformer_experiment(
     Returns:
         A [`TransformerResult`][attention.seq2seq.TransformerResult].
     """
-    vocab_size, min_len, max_len = 20, 2, 12
+    vocab_size, min_len, max_len = VOCAB_SIZE, MIN_LEN, MAX_LEN  # chapter 1's task
     lengths = list(range(min_len, max_len + 1))
-    with _torch_threads(num_threads):
+    with torch_threads(num_threads):
         start = time.perf_counter()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -234,15 +234,16 @@ def first_token_weight(weights: Tensor) -> Tensor:
 
 
 @contextmanager
-def torch_threads(num_threads: int) -> Iterator[None]:
+def torch_threads(num_threads: int | None) -> Iterator[None]:
     """Inside the `with` block, torch runs on `num_threads` intra-op threads; restored after.
 
     A model as small as [`TinyAttentionModel`][attention.training.TinyAttentionModel] does too
     little work per operation to share it: a second thread mostly waits for the first, and on
-    a busy machine a training step can take ten times longer than on one thread.
+    a busy machine a training step can take ten times longer than on one thread. Every small
+    training of the site runs in it (chapters 1, 8, 14 and 16).
 
     Args:
-        num_threads: threads inside the block, at least 1.
+        num_threads: threads inside the block, at least 1; None leaves the setting as it is.
 
     Raises:
         TypeError: `num_threads` is not an int.
@@ -255,10 +256,14 @@ def torch_threads(num_threads: int) -> Iterator[None]:
         1
         >>> torch.get_num_threads() == outside
         True
+        >>> with torch_threads(None):  # leaves the setting
+        ...     torch.get_num_threads() == outside
+        True
     """
-    check_size("num_threads", num_threads)
+    if num_threads is not None:
+        check_size("num_threads", num_threads)
     before = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
+    torch.set_num_threads(before if num_threads is None else num_threads)
     try:
         yield
     finally:

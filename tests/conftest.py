@@ -11,10 +11,13 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+
+from attention.training import torch_threads
 
 CUDA = torch.cuda.is_available()
 
@@ -154,3 +157,10 @@ def device(request: pytest.FixtureRequest) -> torch.device:
 @pytest.fixture(autouse=True)
 def _deterministic() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Tiny sequential steps: a second intra-op thread only waits (on a busy CPU, for long)."""
+    with torch_threads(1):
+        yield

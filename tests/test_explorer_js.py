@@ -1,5 +1,6 @@
 """The explorer's forward (docs/javascripts/model.js) against PyTorch, on models the page does
-not ship: grouped key/value heads, biases, learned positions, odd widths.
+not ship: grouped key/value heads, biases, learned positions, odd widths; and the explorer's
+table of head scores against attention.heads'.
 
 The site's build checks the page's own model in Chromium; these run the same file under Node.js
 where it is installed (skipped elsewhere), in float64, where only the order of the additions
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import shutil
 import subprocess
 from dataclasses import asdict
@@ -21,6 +23,7 @@ import torch
 
 from attention.explorer import EXACT, check_cases, export_model, reference
 from attention.gpt import GPTModel
+from attention.heads import induction_score, previous_token_score
 
 MODEL_JS = Path(__file__).parents[1] / "docs" / "javascripts" / "model.js"
 NODE = shutil.which("node")
@@ -42,6 +45,18 @@ const errors = input.cases.map((c) => {
   out.weights.flatMap((w) => Array.from(w)).forEach((v, i) => {
     worst = Math.max(worst, Math.abs(v - c.weights[i]));
   });
+  // the table's two scores of every head, as attention.heads computes them (null: NaN)
+  const T = c.ids.length, H = input.meta.n_heads;
+  out.weights.forEach((w, l) => {
+    for (let h = 0; h < H; h++) {
+      const s = window.attentionModel.headScores(w.subarray(h * T * T, (h + 1) * T * T), c.ids);
+      const want = c.scores[l * H + h];
+      [[s.previous, want[0]], [s.induction, want[1]]].forEach(([got, expected]) => {
+        const off = expected === null ? (Number.isNaN(got) ? 0 : Infinity) : Math.abs(got - expected);
+        worst = Math.max(worst, Number.isNaN(off) ? Infinity : off);
+      });
+    }
+  });
   return worst;
 });
 console.log(JSON.stringify(errors));
@@ -58,9 +73,13 @@ def node_errors(model: GPTModel, cfg: dict[str, Any], cases: list[Any]) -> list[
     payload = {"meta": meta, "weights": base64.b64encode(blob).decode(), "cases": []}
     for idx, settings in cases:
         logits, weights = reference(exact, idx, settings)
+        one = weights[:, None]  # (L, 1, H, T, T): a batch of one sequence
+        scores = torch.stack([previous_token_score(one), induction_score(one, idx)], dim=-1)
         payload["cases"].append({"ids": idx[0].tolist(), "settings": asdict(settings),
                                  "logits": logits.flatten().tolist(),
-                                 "weights": weights.flatten().tolist()})  # fmt: skip
+                                 "weights": weights.flatten().tolist(),
+                                 "scores": [[None if math.isnan(v) else v for v in pair]
+                                            for pair in scores.flatten(0, 1).tolist()]})  # fmt: skip
     done = subprocess.run([NODE, "-e", RUN_JS, str(MODEL_JS)], input=json.dumps(payload),
                           capture_output=True, text=True, check=True)  # fmt: skip
     return json.loads(done.stdout)  # type: ignore[no-any-return]

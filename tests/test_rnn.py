@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -27,15 +26,6 @@ SMALL_BUDGET = {"max_len": 10, "steps": 200, "batch_size": 128}
 def small_runs() -> dict[int, ExperimentResult]:
     """The experiment at the small budget, once per seed, shared by the tests below."""
     return {seed: run_experiment(seed, **SMALL_BUDGET) for seed in (0, 1, 2)}
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Tiny sequential steps: a second intra-op thread only waits (on a busy CPU, for long)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_copy_batch_is_seeded_and_copies() -> None:

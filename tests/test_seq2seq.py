@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -25,15 +23,6 @@ VOCAB_SIZE = 20
 def model() -> Seq2SeqTransformer:
     torch.manual_seed(0)
     return Seq2SeqTransformer(VOCAB_SIZE, d_model=16, num_heads=2, num_layers=2).eval()
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Tiny sequential steps: a second intra-op thread only waits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def batch(batch_size: int = 3, seq_len: int = 7, seed: int = 0) -> torch.Tensor:

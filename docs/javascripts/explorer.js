@@ -22,7 +22,6 @@
   "use strict";
 
   let counter = 0;
-  const SIDE = 32; // the heatmap's side in cells for any shorter sequence: nothing moves
   const scriptUrl = document.currentScript ? document.currentScript.src : document.baseURI;
 
   /* A token's text as drawn: line breaks and tabs visible, a blank token as an open box. */
@@ -72,6 +71,9 @@
     const AM = window.attentionModel;
     const id = `ax-${++counter}`;
     const { n_layers: L, n_heads: H, vocab, context_length: maxT } = data;
+    // the heatmap's side in cells for any shorter sequence (the longest preset's length):
+    // a new sequence up to it moves nothing on the page
+    const SIDE = Math.max(...data.presets.map((p) => p.ids.length));
     const state = {
       ids: data.presets[0].ids.slice(), unknown: [], layer: 0, head: 0, ...data.defaults,
       pinned: null, query: null, key: null,
