@@ -44,9 +44,15 @@ __all__ = [
     "train",
 ]
 
-VOCAB_SIZE, MIN_LEN, MAX_LEN = 20, 2, 12
-"""The task's sizes: tokens in the vocabulary, and the shortest and longest sequence. Every
-model trained on it (chapter 1's two, chapter 14's transformer) uses these."""
+VOCAB_SIZE = 20
+"""Tokens in the task's vocabulary: every model trained on it (chapter 1's two, chapter 14's
+transformer) uses this, and lengths `MIN_LEN` to `MAX_LEN`."""
+
+MIN_LEN = 2
+"""The shortest sequence to copy."""
+
+MAX_LEN = 12
+"""The longest sequence to copy."""
 
 TOKEN_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 """How token ids are shown on the page and in plots: id 0 is `a`, id 1 is `b`, ..."""
