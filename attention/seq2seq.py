@@ -403,8 +403,8 @@ def train_copy(
     *,
     steps: int = 150,
     batch_size: int = 256,
-    min_len: int = 2,
-    max_len: int = 12,
+    min_len: int = MIN_LEN,
+    max_len: int = MAX_LEN,
     lr: float = 1e-2,
     seed: int = 0,
 ) -> list[float]:
