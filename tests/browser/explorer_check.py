@@ -287,10 +287,10 @@ def check_speed(page: Any, root: Any, name: str, result: Any) -> None:
     """Each interaction's time to redraw, at 4x CPU throttling (Chromium's own) and without."""
     root.locator("select[id$=-preset]").select_option(index=0)  # the first, 2n tokens
     root.scroll_into_view_if_needed()
-    slow = _times(page, root, 1, RUNS_THE_MODEL)
-    throttled = _times(page, root, EXPLORER_THROTTLE, (*RUNS_THE_MODEL, "layer", "head",
-                       "hovering a token", "hovering the heatmap"))  # fmt: skip
-    limit = {what: EXPLORER_MS * (2 if what in RUNS_THE_MODEL else 1) for what in throttled}
+    interactions = (*RUNS_THE_MODEL, "layer", "head", "hovering a token", "hovering the heatmap")
+    limit = {what: EXPLORER_MS * (2 if what in RUNS_THE_MODEL else 1) for what in interactions}
+    slow = _timed(page, root, 1, RUNS_THE_MODEL, dict.fromkeys(RUNS_THE_MODEL, EXPLORER_MS))
+    throttled = _timed(page, root, EXPLORER_THROTTLE, interactions, limit)
     over = [f"{what} {ms:.0f} ms at {EXPLORER_THROTTLE}x (limit {limit[what]:.0f})"
             for what, ms in throttled.items() if ms >= limit[what]]  # fmt: skip
     over += [f"{what} {ms:.0f} ms unthrottled" for what, ms in slow.items() if ms >= EXPLORER_MS]
@@ -300,6 +300,21 @@ def check_speed(page: Any, root: Any, name: str, result: Any) -> None:
                         + ", ".join(f"{what} {ms:.0f} ms" for what, ms in slow.items())
                         + f"; at {EXPLORER_THROTTLE}x throttling: "
                         + ", ".join(f"{what} {ms:.0f} ms" for what, ms in throttled.items()))  # fmt: skip
+
+
+def _timed(
+    page: Any, root: Any, rate: int, interactions: tuple[str, ...], limit: dict[str, float]
+) -> dict[str, float]:
+    """Each interaction's time at CPU throttling `rate`; one over its limit is timed twice more
+    and keeps its best: a runner busy with something else for a second is not a slow explorer,
+    one that is slow every time is."""
+    times = _times(page, root, rate, interactions)
+    for _ in range(2):
+        over = tuple(what for what in interactions if times[what] >= limit[what])
+        if over:
+            retimed = _times(page, root, rate, over)
+            times.update({what: min(times[what], retimed[what]) for what in over})
+    return times
 
 
 def _times(page: Any, root: Any, rate: int, interactions: tuple[str, ...]) -> dict[str, float]:
