@@ -167,3 +167,17 @@ def test_the_explorer_check_fails_on_a_browser_that_computes_otherwise() -> None
             explorer._judge(entry, {"errors": errors, "ms": 3.0})
     with pytest.raises(PluginError, match="on cases"):
         explorer._judge(entry, {"errors": [[float("inf")] * 4], "ms": 3.0})
+
+
+def test_a_notebook_output_showing_an_address_fails_the_build() -> None:
+    import nbformat
+    from mkdocs.exceptions import PluginError
+
+    cell = nbformat.v4.new_code_cell("torch.manual_seed(0)")
+    cell.outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "tensor([1.])"})]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    notebooks._check_outputs(notebook, "ok.py")  # a value: fine
+    shown = "<torch._C.Generator at 0x7f21480a0270>"
+    cell.outputs.append(nbformat.v4.new_output("execute_result", {"text/plain": shown}))
+    with pytest.raises(PluginError, match=r"bad\.py: a cell shows <torch\._C\.Generator at 0x"):
+        notebooks._check_outputs(notebook, "bad.py")

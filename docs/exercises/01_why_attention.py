@@ -17,7 +17,7 @@ import torch
 from attention.copy_task import copy_batch
 from attention.rnn import AdditiveAttention, Seq2Seq
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## Exercise 1.1: additive attention by hand

@@ -17,7 +17,7 @@ import torch
 
 from attention.core import softmax_stable
 
-torch.manual_seed(123)
+_ = torch.manual_seed(123)
 
 # %% [markdown]
 # ## Exercise 5.1: the variance of a dot product

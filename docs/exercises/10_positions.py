@@ -18,7 +18,7 @@ from attention import MultiHeadAttention
 from attention.positions import apply_rope, rope_angles
 from attention.testing import padding_mask
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## Exercise 10.1: one pair, by hand

@@ -14,7 +14,7 @@ from torch import nn
 
 from attention.gpt import GPT_CONFIG_124M, LayerNorm, TransformerBlock
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## Exercise 13.1: layer normalisation by hand

@@ -17,7 +17,7 @@ from attention.copy_task import copy_batch
 from attention.rnn import decoder_inputs
 from attention.seq2seq import Seq2SeqTransformer
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## Exercise 14.1: a memory of another width, with padding

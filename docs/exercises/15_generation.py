@@ -16,7 +16,7 @@ from attention import MultiHeadAttention
 from attention.generation import generate
 from attention.gpt import GPTModel
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## Exercise 15.1: a cache by hand

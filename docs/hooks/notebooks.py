@@ -1,14 +1,15 @@
 """MkDocs hooks for the exercise notebooks (`docs/exercises/*.py`, jupytext percent format).
 
-Each notebook is executed from the start of the build in a fresh kernel (its own process, one
-thread), one after another in the background while the chapters build; mkdocs-jupyter then
-renders the executed copy (`execute: false` in mkdocs.yml: it finds the outputs there). A cell
-that raises fails the build. A code cell that starts with `# Solution` is a solution: on the
-page it is folded into a `<details>` under its question. Above each notebook's page go its
-downloads, all made from the one `.py`: the `.ipynb` (without outputs), the `.ipynb` with every
-solution replaced by `# your code here`, and the `.py`. `<!-- exercises -->` in a page becomes
-the table of all of them. Links to chapters (`[title](../page.md)`) point to the page on the
-site, and in the downloads to `site_url` (mkdocs.yml) or, without one, become the bare title.
+Each notebook is executed from the start of the build, one after another in the background
+while the chapters build, in one kernel (its own process, one thread) reset to a fresh
+kernel's state before each; mkdocs-jupyter then renders the executed copy (`execute: false` in
+mkdocs.yml: it finds the outputs there). A cell that raises fails the build. A code cell that
+starts with `# Solution` is a solution: on the page it is folded into a `<details>` under its
+question. Above each notebook's page go its downloads, all made from the one `.py`: the
+`.ipynb` (without outputs), the `.ipynb` with every solution replaced by `# your code here`,
+and the `.py`. `<!-- exercises -->` in a page becomes the table of all of them. Links to
+chapters (`[title](../page.md)`) point to the page on the site, and in the downloads to
+`site_url` (mkdocs.yml) or, without one, become the bare title.
 """
 
 from __future__ import annotations
@@ -44,12 +45,25 @@ def is_solution(cell: Any) -> bool:
     return bool(cell.cell_type == "code" and cell.source.startswith("# Solution"))
 
 
+# Run before each notebook in the shared kernel: what a fresh kernel would have. No names, a
+# fresh random seed (a new process draws one), torch's defaults.
+FRESH_KERNEL = """\
+%reset -f
+import torch as _torch
+_torch.seed()
+_torch.set_default_dtype(_torch.float32)
+_torch.set_grad_enabled(True)
+del _torch
+"""
+_kernel: list[Any] = []  # the one kernel the notebooks share, once started
+
+
 def execute(source: str, target: str) -> None:
-    """Run the notebook `source` in a fresh kernel (over local IPC sockets); save it, outputs
-    included, to `target`. Runs in a worker thread: the kernel does the work."""
+    """Run the notebook `source` in the notebooks' kernel (over local IPC sockets), reset to a
+    fresh kernel's state first; save it, outputs included, to `target`. Runs in a worker
+    thread: the kernel does the work."""
     import jupytext
     import nbformat
-    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     start = time.perf_counter()
@@ -57,16 +71,57 @@ def execute(source: str, target: str) -> None:
     for cell in notebook.cells:  # rendered with the class celltag_solution: see fold_solutions
         if is_solution(cell):
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), "solution"]
-    kernel = KernelManager(transport="ipc", ip=f"{target}.kernel")  # not TCP: no warning
-    client = NotebookClient(notebook, km=kernel, timeout=600, allow_errors=False,
-                            resources={"metadata": {"path": str(Path(source).parent)}})  # fmt: skip
-    try:
-        client.execute(env={**os.environ, "OMP_NUM_THREADS": "1"})  # one core, no spinning
-    finally:
-        if kernel.has_kernel:
-            kernel.shutdown_kernel(now=True)  # the client leaves a kernel it was given running
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(FRESH_KERNEL))
+    kernel = _shared_kernel(cwd=str(Path(source).parent), ip=str(Path(target).with_name("kernel")))
+    NotebookClient(notebook, km=kernel, timeout=600, allow_errors=False).execute()
+    del notebook.cells[0]
+    _check_outputs(notebook, Path(source).name)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code, start=1):  # the kernel's count runs across notebooks
+        cell.execution_count = number
+        for output in cell.outputs:
+            if "execution_count" in output:
+                output.execution_count = number
     nbformat.write(notebook, target)
     log.info("Executed notebook %s in %.1f s", Path(source).name, time.perf_counter() - start)
+
+
+_ADDRESS = re.compile(r"<[\w.]+ (object )?at 0x[0-9a-f]+>")  # a default repr: an address
+
+
+def _check_outputs(notebook: Any, name: str) -> None:
+    """Fail on an output that shows an object's address (`<torch._C.Generator at 0x...>`, the
+    value of a cell ending in `torch.manual_seed(0)`): noise to a reader, new at every build."""
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            text = output.get("text", "") + output.get("data", {}).get("text/plain", "")
+            shown = _ADDRESS.search(text)
+            if shown:
+                raise PluginError(f"{name}: a cell shows {shown[0]}; end it with an assignment "
+                                  "(`_ = ...`) or print what it means")  # fmt: skip
+
+
+def _shared_kernel(cwd: str, ip: str) -> Any:
+    """The notebooks' kernel, started on first use in `cwd`: one process, one thread.
+
+    One kernel for all, reset before each: a kernel's start and `import torch` cost about 2 s
+    of CPU, which sixteen fresh kernels paid sixteen times.
+    """
+    from jupyter_client.manager import KernelManager
+
+    if not _kernel:
+        kernel = KernelManager(transport="ipc", ip=ip)  # local sockets, not TCP: no warning
+        kernel.start_kernel(cwd=cwd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        _kernel.append(kernel)
+    return _kernel[0]
+
+
+@atexit.register
+def _stop_kernel() -> None:
+    """Shut the notebooks' kernel down: at exit, and before a rebuild (`mkdocs serve`), whose
+    notebooks must import the package as it is now."""
+    while _kernel:
+        _kernel.pop().shutdown_kernel(now=True)
 
 
 def _is_notebook(src_uri: str) -> bool:
@@ -79,6 +134,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     One kernel at a time: on two cores, a second one beside the chapters' own code only adds
     contention (measured: the build took longer with two).
     """
+    _stop_kernel()
     out = Path(tempfile.mkdtemp(prefix="attention-notebooks-"))
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notebook")
