@@ -33,6 +33,8 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
   encoder-decoder on chapter 1's copy task.
 - [`attention.heads`][attention.heads]: chapter 16, what trained heads do: every head's
   scores and weights, previous-token and induction scores, a small GPT trained to form them.
+- [`attention.runs`][attention.runs]: trained runs done once per process, and started early
+  in another process by the site's build.
 - [`attention.testing`][attention.testing]: what the tests and the pages share.
 
 This module only re-exports.

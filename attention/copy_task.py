@@ -17,7 +17,6 @@ Examples:
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -340,13 +339,3 @@ def run_experiment(
         plain_model=models["plain"],
         attention_model=models["attention"],
     )
-
-
-@functools.cache
-def shared_experiment(seed: int = 0) -> ExperimentResult:
-    """[`run_experiment`][attention.copy_task.run_experiment]`(seed=seed)`, once per process.
-
-    The site shows chapter 1's two trained models on two pages (chapter 1, and the
-    cross-attention chapter that compares a transformer with them); the build trains them once.
-    """
-    return run_experiment(seed=seed)

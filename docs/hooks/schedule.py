@@ -1,0 +1,100 @@
+"""MkDocs hook: what runs where during the build, on a machine with few cores.
+
+- The longest trainings run in a worker process. Three pages train models while they build
+  (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer, and
+  chapter 16's induction model): about 25 s on one core, most of the pages' own work. At the
+  start of the build `attention.runs.prefetch` starts each in the worker; each page's
+  `attention.runs.once(...)` call waits for its run instead of doing it again, and gets what
+  the same call computes in-process (the runs are seeded and train on one thread). A run no
+  page asked for is a build error: this list and the pages' calls must agree.
+- The pages are built in an order that lets that work finish: the pages that wait for a run
+  after the other chapters, and the Performance page, which times code, after those.
+- Torch threads: the worker and the notebooks' kernel (docs/hooks/notebooks.py, about 20 s)
+  share one core, so until the Performance page the pages get one thread fewer than the
+  machine has CPUs. A thread more would spin waiting for a core they hold: the generation
+  chapter's 124M model took 23.7 s of the build with two threads on two cores, 7.9 s with one.
+  The Performance page gets every CPU, as the benchmark run it compares with did.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import Files
+from mkdocs.structure.pages import Page
+
+_workers: list[ProcessPoolExecutor] = []
+
+
+def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
+    """Each page that asks for a prefetched run, and the runs (function, arguments) it asks for,
+    in the order the worker does them: the first page built needs the first run."""
+    from attention.copy_task import run_experiment
+    from attention.heads import train_induction
+    from attention.seq2seq import transformer_experiment
+
+    return {
+        "why-attention.md": [(run_experiment, {"seed": 0})],
+        "cross-attention.md": [
+            (run_experiment, {"seed": 0}),
+            (transformer_experiment, {"seed": 0}),
+        ],
+        "heads.md": [(train_induction, {"seed": 0, "context_length": 64})],
+    }
+
+
+MEASURES = "performance.md"
+"""The page that times code: built last, when the notebooks and the runs are done."""
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    """Start the runs; the pages that wait for them go after the other chapters, and the page
+    that measures after those."""
+    import torch
+
+    from attention.runs import prefetch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
+    pages = runs()
+    worker = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    atexit.register(worker.shutdown, cancel_futures=True)  # a failed build does not wait
+    _workers.append(worker)
+    for needed in pages.values():
+        for function, kwargs in needed:
+            prefetch(worker, function, **kwargs)
+    order = [*pages, MEASURES]
+
+    def rank(file: Any) -> int:  # other chapters, these in order, then the notebooks
+        if file.src_uri in order:
+            return 1 + order.index(file.src_uri)
+        return len(order) + 1 if file.src_uri.startswith("exercises/") else 0
+
+    return Files(sorted(files, key=rank))
+
+
+def on_pre_page(page: Page, config: MkDocsConfig, files: Files) -> Page:
+    """Every CPU for the page that measures: the work on the last core is done by then."""
+    import torch
+
+    if page.file.src_uri == MEASURES:
+        torch.set_num_threads(os.cpu_count() or 1)
+    return page
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    from attention.runs import waiting
+
+    while _workers:
+        _workers.pop().shutdown()
+    unused = waiting()
+    if unused:
+        raise PluginError(
+            f"started for pages that never asked for them: {', '.join(unused)}; "
+            "docs/hooks/schedule.py lists runs the pages no longer use"
+        )
