@@ -33,6 +33,12 @@ _runs: dict[tuple[Any, ...], Any] = {}  # (function, arguments) -> result, or it
 
 
 def _key(function: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    for name, value in kwargs.items():
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"{name} must be hashable (a run is looked up by its arguments), "
+                            f"got {type(value).__name__} {value!r}") from None  # fmt: skip
     return (function, *sorted(kwargs.items()))
 
 

@@ -46,3 +46,8 @@ def test_a_prefetched_error_is_raised_by_once() -> None:
         runs.prefetch(executor, fails, x=1)
         with pytest.raises(FloatingPointError, match="diverged at 1"):
             runs.once(fails, x=1)
+
+
+def test_an_unhashable_argument_is_named() -> None:
+    with pytest.raises(TypeError, match=r"sizes must be hashable .* got list \[1, 2\]"):
+        runs.once(sum, sizes=[1, 2])
