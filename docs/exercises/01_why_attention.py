@@ -7,9 +7,11 @@
 # At decoder step $t$, Bahdanau's attention scores every encoder state $h_i$ against the
 # decoder's previous state $s_{t-1}$ and reads their weighted sum:
 #
-# $$e_{t,i} = v^\top \tanh(W s_{t-1} + U h_i), \qquad
-#   \alpha_{t,i} = \frac{\exp e_{t,i}}{\sum_j \exp e_{t,j}}, \qquad
-#   c_t = \sum_i \alpha_{t,i} h_i$$
+# $$\begin{aligned}
+#   e_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
+#   \alpha_{t,i} &= \frac{\exp e_{t,i}}{\sum_j \exp e_{t,j}}, \\
+#   c_t &= \sum_i \alpha_{t,i} h_i
+# \end{aligned}$$
 
 # %%
 import torch

@@ -7,9 +7,11 @@
 # The running example, *"Your journey starts with one step"*, is six tokens embedded in three
 # dimensions. Simplified self-attention uses each embedding $x^{(i)}$ as query, key and value:
 #
-# $$\omega_{qi} = x^{(q)} \cdot x^{(i)}, \qquad
-#   \alpha_{qi} = \frac{\exp \omega_{qi}}{\sum_j \exp \omega_{qj}}, \qquad
-#   z^{(q)} = \sum_i \alpha_{qi}\, x^{(i)}$$
+# $$\begin{aligned}
+#   \omega_{qi} &= x^{(q)} \cdot x^{(i)}, \\
+#   \alpha_{qi} &= \frac{\exp \omega_{qi}}{\sum_j \exp \omega_{qj}}, \\
+#   z^{(q)} &= \sum_i \alpha_{qi}\, x^{(i)}
+# \end{aligned}$$
 #
 # The superscripts count tokens from 1, as the book prints them ($x^{(1)}$ is "Your"); the code
 # counts rows from 0, so $x^{(i)}$ is `inputs[i - 1]`.

@@ -7,8 +7,10 @@
 # Self-attention with trainable weights projects each embedding three ways and attends with
 # the scaled dot product:
 #
-# $$Q = X W_q, \qquad K = X W_k, \qquad V = X W_v, \qquad
-#   Z = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V$$
+# $$\begin{aligned}
+#   Q &= X W_q, \quad K = X W_k, \quad V = X W_v, \\
+#   Z &= \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V
+# \end{aligned}$$
 
 # %%
 import torch

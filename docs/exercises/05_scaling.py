@@ -6,9 +6,11 @@
 #
 # For a query and a key with independent, unit-variance components,
 #
-# $$\operatorname{Var}[q \cdot k] = d_k, \qquad
+# $$\begin{aligned}
+#   \operatorname{Var}[q \cdot k] &= d_k, \\
 #   \frac{\partial \operatorname{softmax}(\omega)_i}{\partial \omega_j}
-#   = \alpha_i (\delta_{ij} - \alpha_j)$$
+#   &= \alpha_i (\delta_{ij} - \alpha_j)
+# \end{aligned}$$
 
 # %%
 import math

@@ -6,9 +6,11 @@
 #
 # Query $i$ may only attend to keys $j \le i$. With the mask $M$ written over the scaled scores,
 #
-# $$M_{ij} = \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}, \qquad
-#   \alpha = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}} + M\right), \qquad
-#   Z = \alpha V$$
+# $$\begin{aligned}
+#   M_{ij} &= \begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}, \\
+#   \alpha &= \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}} + M\right), \\
+#   Z &= \alpha V
+# \end{aligned}$$
 
 # %%
 import torch

@@ -6,9 +6,11 @@
 #
 # In training, each attention weight is kept with probability $1-p$ and rescaled:
 #
-# $$\tilde\alpha_{ij} = \frac{m_{ij}}{1-p}\,\alpha_{ij}, \qquad
-#   m_{ij} \sim \operatorname{Bernoulli}(1-p), \qquad
-#   \mathbb{E}[\tilde\alpha_{ij}] = \alpha_{ij}$$
+# $$\begin{aligned}
+#   \tilde\alpha_{ij} &= \frac{m_{ij}}{1-p}\,\alpha_{ij}, \\
+#   m_{ij} &\sim \operatorname{Bernoulli}(1-p), \\
+#   \mathbb{E}[\tilde\alpha_{ij}] &= \alpha_{ij}
+# \end{aligned}$$
 
 # %%
 import torch

@@ -6,9 +6,17 @@
 #
 # $h$ heads of width $d_h$, each attending on its own, concatenated and projected:
 #
-# $$\operatorname{head}_i = \operatorname{softmax}\!\left(
-#   \frac{(X W_q^{(i)})(X W_k^{(i)})^\top}{\sqrt{d_h}} + M\right) X W_v^{(i)}, \qquad
-#   \operatorname{MultiHead}(X) = [\operatorname{head}_1; \dots; \operatorname{head}_h]\, W_o$$
+# $$\begin{aligned}
+#   \operatorname{head}_i &= \operatorname{softmax}\!\left(
+#   \frac{Q_i K_i^\top}{\sqrt{d_h}} + M\right) V_i, \\
+#   Q_i &= X W_q^{(i)}, \quad K_i = X W_k^{(i)}, \\
+#   V_i &= X W_v^{(i)},
+# \end{aligned}$$
+#
+# $$\begin{aligned}
+#   & \operatorname{MultiHead}(X) \\
+#   & \quad = [\operatorname{head}_0; \dots; \operatorname{head}_{h-1}]\, W_o
+# \end{aligned}$$
 
 # %%
 import torch

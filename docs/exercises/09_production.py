@@ -7,8 +7,12 @@
 # The module's default call projects, splits heads, runs PyTorch's fused kernel and projects
 # again:
 #
-# $$\operatorname{MultiHead}(X) = [\operatorname{head}_1; \dots; \operatorname{head}_h]\, W_o,
-#   \qquad \operatorname{head}_i = \operatorname{softmax}\!\left(
+# $$\begin{aligned}
+#   & \operatorname{MultiHead}(X) \\
+#   & \quad = [\operatorname{head}_0; \dots; \operatorname{head}_{h-1}]\, W_o
+# \end{aligned}$$
+#
+# $$\operatorname{head}_i = \operatorname{softmax}\!\left(
 #   \frac{Q_i K_i^\top}{\sqrt{d_h}} + M\right) V_i$$
 
 # %%

@@ -8,8 +8,11 @@
 # before it; its **induction score** is the mean weight a query puts on the tokens that
 # followed an earlier occurrence of its own token ($s \le t$ with $x_{s-1} = x_t$):
 #
-# $$\frac{1}{T-1}\sum_{t=1}^{T-1} \alpha_{t,\,t-1}, \qquad
-#   \operatorname*{mean}_{t \text{ seen before}} \sum_{s \le t,\; x_{s-1} = x_t} \alpha_{t,s}$$
+# $$\begin{aligned}
+#   \text{prev} &= \frac{1}{T-1}\sum_{t=1}^{T-1} \alpha_{t,\,t-1}, \\
+#   \text{ind} &= \operatorname*{mean}_{t \text{ seen before}}
+#   \sum_{s \le t,\; x_{s-1} = x_t} \alpha_{t,s}
+# \end{aligned}$$
 
 # %%
 import torch

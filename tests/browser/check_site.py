@@ -96,9 +96,11 @@ MATH_JS = """
 }
 """
 
-# Display formulas wider than their column at the current width (each would scroll sideways).
+# Display formulas wider than their column at the current width (each would scroll sideways,
+# or in a notebook be cut off): the chapters' (pymdownx.arithmatex) and the notebooks' ($$).
 WIDE_MATH_JS = """
-() => [...document.querySelectorAll(".md-content div.arithmatex")]
+() => [...document.querySelectorAll(
+  '.md-content div.arithmatex, .md-content .jupyter-wrapper mjx-container[display="true"]')]
   .filter((el) => el.scrollWidth > el.clientWidth + 1)
   .map((el) => el.textContent.slice(0, 40))
 """
