@@ -155,3 +155,9 @@ VERDICT_MHA = torch.tensor(
         ],
     ]
 )
+
+# The book, chapter 4 (sections 4.5 and 4.6): "Every effort moves you" and "Every day holds a"
+# as token ids, and GPTModel(GPT_CONFIG_124M)'s first three logits of each row's first token
+# (training mode, fresh from the constructor under torch.manual_seed(123)).
+BOOK_BATCH = torch.tensor([[6109, 3626, 6100, 345], [6109, 1110, 6622, 257]])
+BOOK_LOGITS_FIRST = torch.tensor([[0.3613, 0.4222, -0.0711], [-0.2564, 0.0900, 0.0335]])

@@ -20,11 +20,10 @@ from attention.cache import KVCache
 from attention.generation import generate, generate_text_simple
 from attention.gpt import GPT_CONFIG_124M, GPTModel
 from attention.testing import padding_mask
+from tests.expected import BOOK_BATCH, BOOK_LOGITS_FIRST
 
 # The book, chapter 4: "Every effort moves you", "Every day holds a" through GPTModel(124M)
 # under torch.manual_seed(123), in training mode (dropout on), and "Hello, I am" greedily.
-BOOK_BATCH = torch.tensor([[6109, 3626, 6100, 345], [6109, 1110, 6622, 257]])
-BOOK_LOGITS_FIRST = torch.tensor([[0.3613, 0.4222, -0.0711], [-0.2564, 0.0900, 0.0335]])
 BOOK_LOGITS_LAST = torch.tensor([[0.4023, 0.0532], [-0.1858, 0.0388]])  # [:, 3, -2:]
 BOOK_HELLO = [15496, 11, 314, 716]
 BOOK_GREEDY = [27018, 24086, 47843, 30961, 42348, 7267, 49706, 43231, 47062, 34657]

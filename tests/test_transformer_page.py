@@ -16,6 +16,7 @@ from torch.testing import assert_close
 
 from attention.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, TransformerBlock
 from attention.text import text_to_token_ids
+from tests.expected import BOOK_BATCH, BOOK_LOGITS_FIRST
 
 # Section 4.2: torch.manual_seed(123); torch.randn(2, 5) through Linear(5, 6) and ReLU.
 BOOK_RELU_OUT = torch.tensor(
@@ -38,8 +39,6 @@ BOOK_GRADIENTS = {
 
 # Sections 4.5 and 4.6: the model's batch, its first logits (training mode, fresh from the
 # constructor under seed 123), and its parameter counts.
-BOOK_BATCH = torch.tensor([[6109, 3626, 6100, 345], [6109, 1110, 6622, 257]])
-BOOK_LOGITS_FIRST = torch.tensor([[0.3613, 0.4222, -0.0711], [-0.2564, 0.0900, 0.0335]])
 BOOK_PARAMS = 163_009_536
 BOOK_PARAMS_TIED = 124_412_160
 
