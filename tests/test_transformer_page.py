@@ -37,8 +37,7 @@ BOOK_GRADIENTS = {
            0.2665732204914093, 1.3258540630340576],
 }  # fmt: skip
 
-# Sections 4.5 and 4.6: the model's batch, its first logits (training mode, fresh from the
-# constructor under seed 123), and its parameter counts.
+# Section 4.6: the model's parameter counts, without and with the output layer tied.
 BOOK_PARAMS = 163_009_536
 BOOK_PARAMS_TIED = 124_412_160
 
