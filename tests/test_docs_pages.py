@@ -121,6 +121,21 @@ def test_shown_code_lines_fit_the_column(page: Path) -> None:
     assert long_shown_lines(page) == []
 
 
+NOTEBOOKS = sorted((ROOT / "docs" / "exercises").glob("*.py"))
+NOTEBOOK_COLUMN = 79
+"""The same column in a notebook, less the margins of a solution's box."""
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_code_lines_fit_the_column(notebook: Path) -> None:
+    """The exercises' code cells fit the column, solutions included (their ruff.toml formats
+    them to it; a comment or a string it cannot wrap is caught here)."""
+    jupytext = pytest.importorskip("jupytext")
+    code = [c.source for c in jupytext.read(notebook).cells if c.cell_type == "code"]
+    long = [line for src in code for line in src.splitlines() if len(line) > NOTEBOOK_COLUMN]
+    assert long == []
+
+
 def test_the_width_check_skips_hidden_code_and_counts_from_the_fence(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     wide = "x = " + "1 + " * 19 + "1.0"  # 83 characters, one more than the column

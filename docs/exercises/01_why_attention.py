@@ -35,7 +35,8 @@ attn = AdditiveAttention(hidden_size=4)
 s_prev, enc_states = torch.randn(2, 4), torch.randn(2, 5, 4)
 W, U, v = attn.W.weight, attn.U.weight, attn.v.weight  # (4, 4), (4, 4), (1, 4)
 with torch.no_grad():
-    hidden = torch.tanh((s_prev @ W.T)[:, None, :] + enc_states @ U.T)  # (2, 5, 4)
+    # every decoder state against every encoder state: (2, 5, 4)
+    hidden = torch.tanh((s_prev @ W.T)[:, None] + enc_states @ U.T)
     e = (hidden @ v.T).squeeze(-1)  # (2, 5): one score per encoder state
     alpha = torch.softmax(e, dim=-1)  # (2, 5)
     c = (alpha[:, :, None] * enc_states).sum(dim=1)  # (2, 4)
@@ -59,8 +60,9 @@ h = torch.randn(6, 8)  # six encoder states
 for beta in (0.0, 0.5, 2.0, 8.0):
     alpha = torch.softmax(h @ (beta * h[3]), dim=0)  # (6,)
     print(f"beta {beta:>3}: " + " ".join(f"{a:.2f}" for a in alpha.tolist()))
-# beta 0: every score is 0, so the weights are uniform, 1/6 each. As beta grows, the state
-# most aligned with q (h_3 itself: h_3 . h_3 is its squared length) takes nearly all.
+# beta 0: every score is 0, so the weights are uniform, 1/6 each. As beta
+# grows, the state most aligned with q (h_3 itself: h_3 . h_3 is its squared
+# length) takes nearly all.
 assert int(alpha.argmax()) == 3 and alpha[3] > 0.99
 
 # %% [markdown]
@@ -76,10 +78,15 @@ assert int(alpha.argmax()) == 3 and alpha[3] > 0.99
 model = Seq2Seq(vocab_size=20, attention=True)
 generator = torch.Generator().manual_seed(0)
 for n in (4, 16, 64):
-    src, _ = copy_batch(batch_size=1, seq_len=n, vocab_size=20, generator=generator)
+    src, _ = copy_batch(
+        batch_size=1, seq_len=n, vocab_size=20, generator=generator
+    )
     with torch.no_grad():
         enc_states, h_n = model.encode(src)  # (1, n, H), (1, H)
     assert enc_states.shape[1] == n and torch.equal(h_n, enc_states[:, -1])
-    print(f"{n:>2} tokens: plain reads {h_n.numel()} numbers, attention up to {enc_states.numel()}")
-# The plain decoder gets H numbers however long the input is; the attention decoder's share
-# grows with n, one state per input token.
+    print(
+        f"{n:>2} tokens: plain reads {h_n.numel()} numbers, "
+        f"attention up to {enc_states.numel()}"
+    )
+# The plain decoder gets H numbers however long the input is; the attention
+# decoder's share grows with n, one state per input token.

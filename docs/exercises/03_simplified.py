@@ -21,7 +21,11 @@ import torch
 from IPython.display import HTML
 
 from attention.plot import heatmap, svg
-from attention.simple import EXAMPLE_TOKENS, example_inputs, simplified_self_attention
+from attention.simple import (
+    EXAMPLE_TOKENS,
+    example_inputs,
+    simplified_self_attention,
+)
 
 inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
 assert inputs.shape == (6, 3)
@@ -79,4 +83,5 @@ all_weights.sum(dim=-1)  # every row of weights sums to 1
 # Solution
 for token, row in zip(EXAMPLE_TOKENS, all_weights, strict=True):
     print(f"{token:>8} attends most to {EXAMPLE_TOKENS[int(row.argmax())]!r}")
-HTML(svg(heatmap(all_weights, EXAMPLE_TOKENS, title="simplified attention weights A")))
+title = "simplified attention weights A"
+HTML(svg(heatmap(all_weights, EXAMPLE_TOKENS, title=title)))

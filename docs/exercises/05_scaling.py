@@ -60,7 +60,8 @@ alpha = softmax_last(omega)  # (6,)
 J_formula = torch.diag(alpha) - torch.outer(alpha, alpha)  # (6, 6)
 torch.testing.assert_close(J, J_formula)
 # Row i says how alpha_i moves when the scores move. Moving every score by the
-# same amount is a shift, and a shift leaves the softmax unchanged: rows sum to 0.
+# same amount is a shift, and a shift leaves the softmax unchanged: the rows
+# sum to 0.
 torch.testing.assert_close(J.sum(dim=-1), torch.zeros(6))
 shifted = omega + 100.0  # the same shift for every score
 assert torch.allclose(softmax_stable(shifted), softmax_stable(omega))

@@ -49,7 +49,8 @@ with torch.no_grad():
 scaled = queries @ keys.T / keys.shape[-1] ** 0.5  # (6, 6)
 
 # (a) softmax, zero the future, renormalise
-weights_a = torch.softmax(scaled, dim=-1) * torch.tril(torch.ones(6, 6))  # (6, 6)
+below = torch.tril(torch.ones(6, 6))  # 1 where j <= i
+weights_a = torch.softmax(scaled, dim=-1) * below  # (6, 6)
 weights_a = weights_a / weights_a.sum(dim=-1, keepdim=True)  # (6, 6)
 
 # (b) -inf above the diagonal, then softmax
@@ -77,7 +78,7 @@ HTML(svg(heatmap(weights_b, EXAMPLE_TOKENS, title="causal weights")))
 # Solution
 torch.manual_seed(123)
 ca = CausalAttention(d_in=3, d_out=2, context_length=6, dropout=0.0)
-gen = torch.Generator().manual_seed(0)  # separate generator for the random tokens
+gen = torch.Generator().manual_seed(0)  # for the random tokens alone
 
 leaks_causal, leaks_open = 0, 0
 with torch.no_grad():
@@ -94,7 +95,9 @@ with torch.no_grad():
         leaks_open += not torch.equal(z_open_changed[past], z_open[past])
 assert leaks_causal == 0
 assert leaks_open == 5
-print(f"past changed: causal {leaks_causal} times, unmasked {leaks_open} times")
+print(
+    f"past changed: causal {leaks_causal} times, unmasked {leaks_open} times"
+)
 
 # %% [markdown]
 # ## Exercise 6.3: one buffer, every length

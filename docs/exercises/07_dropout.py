@@ -47,9 +47,9 @@ _, attn_weights = explicit_attention(queries, keys, values, mask)  # (6, 6)
 # %%
 # Solution
 def my_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Zero each entry with probability p, scale the survivors by 1 / (1 - p)."""
+    """Zero each entry with probability p, scale survivors by 1 / (1 - p)."""
     keep = torch.empty_like(x).bernoulli_(1 - p)  # m ~ Bernoulli(1 - p)
-    # scale the mask, then multiply: the order PyTorch uses, so rounding matches
+    # scale the mask, then multiply: PyTorch's order, so rounding matches
     return x * (keep / (1 - p))
 
 

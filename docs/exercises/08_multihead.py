@@ -79,7 +79,9 @@ with torch.no_grad():
     torch.testing.assert_close(mine(batch), wrapper(batch))
     fused = MultiHeadAttention.from_wrapper(wrapper)
     torch.testing.assert_close(mine(batch), fused(batch))
-print(f"wrapper width {width} == MultiHeadAttention(d_out={width}, num_heads=3)")
+print(
+    f"wrapper width {width} == MultiHeadAttention(d_out={width}, num_heads=3)"
+)
 
 # %% [markdown]
 # ## Exercise 8.2: split and merge heads
@@ -115,7 +117,9 @@ for i in range(3):
     assert torch.equal(heads[:, i], t[:, :, 4 * i : 4 * (i + 1)])
 wrong = t.view(2, 3, 6, 4)  # same shape, wrong numbers
 assert not torch.equal(wrong[:, 0], t[:, :, 0:4])
-print("split/merge round trip OK; view straight to (b, h, T, d_h) mixes tokens")
+print(
+    "split/merge round trip OK; view straight to (b, h, T, d_h) mixes tokens"
+)
 
 # %% [markdown]
 # ## Exercise 8.3: look at every head
@@ -161,19 +165,25 @@ HTML(
 # %%
 # Solution
 V, T = 8, 8
-fresh, fresh_targets = previous_and_first(256, T, V, generator=torch.Generator().manual_seed(1))
+fresh, fresh_targets = previous_and_first(
+    256, T, V, generator=torch.Generator().manual_seed(1)
+)
 
 
 def train(num_heads: int) -> TinyAttentionModel:
     """The chapter's loop: seed 0, 201 steps of Adam on batches of 64."""
     torch.manual_seed(0)
-    model = TinyAttentionModel(vocab_size=V, context_length=T, d_model=16, num_heads=num_heads)
+    model = TinyAttentionModel(
+        vocab_size=V, context_length=T, d_model=16, num_heads=num_heads
+    )
     data = torch.Generator().manual_seed(0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     with torch_threads(1):
         for _ in range(201):
             idx, targets = previous_and_first(64, T, V, generator=data)
-            loss = F.cross_entropy(model(idx)[:, 1:].reshape(-1, V), targets.reshape(-1))
+            loss = F.cross_entropy(
+                model(idx)[:, 1:].reshape(-1, V), targets.reshape(-1)
+            )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -183,17 +193,25 @@ def train(num_heads: int) -> TinyAttentionModel:
 def fresh_loss(model: TinyAttentionModel) -> float:
     with torch.no_grad():
         logits = model(fresh)[:, 1:]  # (256, T - 1, 2, V)
-    return F.cross_entropy(logits.reshape(-1, V), fresh_targets.reshape(-1)).item()
+    return F.cross_entropy(
+        logits.reshape(-1, V), fresh_targets.reshape(-1)
+    ).item()
 
 
 one, two = train(num_heads=1), train(num_heads=2)
 weights = head_weights(one, fresh)  # (256, 1, T, T)
 prev, first = previous_token_weight(weights)[0], first_token_weight(weights)[0]
-print(f"loss on fresh sequences: one head {fresh_loss(one):.3f}, two heads {fresh_loss(two):.3f}")
-print(f"the one head: {prev:.2f} on the previous token, {first:.2f} on the first")
+print(
+    f"loss on fresh sequences: one head {fresh_loss(one):.3f}, "
+    f"two heads {fresh_loss(two):.3f}"
+)
+print(
+    f"the one head: {prev:.2f} on the previous token, {first:.2f} on the first"
+)
 assert fresh_loss(one) > 10 * fresh_loss(two)
 assert prev > 0.3 and first > 0.3  # it splits its weight between the two keys
-HTML(svg(heatmap(weights[0, 0], token_letters(fresh[0]), title="one head", vmin=0, vmax=1)))
+letters = token_letters(fresh[0])
+HTML(svg(heatmap(weights[0, 0], letters, title="one head", vmin=0, vmax=1)))
 
 # %% [markdown]
 # One head's softmax row sums to 1, so it splits its weight between the two keys it needs and

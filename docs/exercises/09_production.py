@@ -34,7 +34,9 @@ x = torch.randn(2, 6, 8)  # (batch, num_tokens, d_in)
 
 # %%
 # Solution
-mha = MultiHeadAttention(8, 8, context_length=6, dropout=0.0, num_heads=2, qkv_bias=True)
+mha = MultiHeadAttention(
+    8, 8, context_length=6, dropout=0.0, num_heads=2, qkv_bias=True
+)
 
 
 def split(t: torch.Tensor) -> torch.Tensor:  # (b, T, 8) -> (b, 2, T, 4)
@@ -43,7 +45,8 @@ def split(t: torch.Tensor) -> torch.Tensor:  # (b, T, 8) -> (b, 2, T, 4)
 
 with torch.no_grad():
     q, k, v = split(mha.W_query(x)), split(mha.W_key(x)), split(mha.W_value(x))
-    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (2, 2, 6, 4)
+    # (batch, heads, T, d_h) = (2, 2, 6, 4)
+    heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     mine = mha.out_proj(heads.transpose(1, 2).reshape(2, 6, 8))  # (2, 6, 8)
     torch.testing.assert_close(mine, mha(x))
 print("by hand == mha(x)")
@@ -81,14 +84,14 @@ print("left-padded, NaN filler: the real tokens as alone, the filler gets b_o")
 # Solution
 theirs = torch.nn.MultiheadAttention(8, 2, batch_first=True)
 with torch.no_grad():
-    theirs.in_proj_weight.copy_(
-        torch.cat([mha.W_query.weight, mha.W_key.weight, mha.W_value.weight])
-    )  # (24, 8)
-    theirs.in_proj_bias.copy_(
-        torch.cat([mha.W_query.bias, mha.W_key.bias, mha.W_value.bias])
-    )  # (24,)
+    projections = (mha.W_query, mha.W_key, mha.W_value)
+    # the three stacked: (24, 8) and (24,)
+    theirs.in_proj_weight.copy_(torch.cat([p.weight for p in projections]))
+    theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))
     theirs.out_proj.load_state_dict(mha.out_proj.state_dict())
-    out_theirs, w_theirs = theirs(x, x, x, attn_mask=causal_mask(6), average_attn_weights=False)
+    out_theirs, w_theirs = theirs(
+        x, x, x, attn_mask=causal_mask(6), average_attn_weights=False
+    )
     out_ours, w_ours = mha(x, need_weights=True)
 torch.testing.assert_close(out_ours, out_theirs)
 torch.testing.assert_close(w_ours, w_theirs)

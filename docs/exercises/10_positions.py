@@ -59,7 +59,8 @@ by_hand = torch.empty_like(x)
 for m in range(6):
     for i in range(4):
         theta_i = 10000 ** (-2 * i / 8)
-        turned = rotate_pair(x[m, [i, i + 4]], m * theta_i)  # the pair (i, i + 4)
+        # the pair (i, i + 4)
+        turned = rotate_pair(x[m, [i, i + 4]], m * theta_i)
         by_hand[m, i], by_hand[m, i + 4] = turned
 torch.testing.assert_close(by_package, by_hand)
 print("apply_rope == pair-by-pair rotation")
@@ -75,12 +76,17 @@ print("apply_rope == pair-by-pair rotation")
 # %%
 # Solution
 torch.manual_seed(1)
-mha = MultiHeadAttention(8, 8, context_length=32, dropout=0.0, num_heads=2, rope=True)
+mha = MultiHeadAttention(
+    8, 8, context_length=32, dropout=0.0, num_heads=2, rope=True
+)
 x = torch.randn(1, 5, 8)
-x_late = torch.cat((torch.randn(1, 10, 8), x), dim=1)  # the 5 tokens at positions 10..14
+# the same 5 tokens at positions 10..14: (1, 15, 8)
+x_late = torch.cat((torch.randn(1, 10, 8), x), dim=1)
 with torch.no_grad():
     _, w_alone = mha(x, need_weights=True)  # (1, 2, 5, 5)
-    _, w_late = mha(x_late, padding_mask([5], 15, side="left"), need_weights=True)
+    _, w_late = mha(
+        x_late, padding_mask([5], 15, side="left"), need_weights=True
+    )
 torch.testing.assert_close(w_late[..., 10:, 10:], w_alone, atol=1e-5, rtol=0)
 print("weights at positions 0..4 and 10..14 agree; head 0:")
 print(w_alone[0, 0])

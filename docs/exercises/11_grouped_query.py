@@ -25,7 +25,9 @@ from attention.shapes import PUBLISHED, kv_cache_bytes
 # Solution
 llama = PUBLISHED["Llama 3 8B"]
 T, b = 32_768, 4
-by_hand = 2 * llama.num_layers * llama.num_kv_heads * llama.head_dim * T * b * 2
+by_hand = (
+    2 * llama.num_layers * llama.num_kv_heads * llama.head_dim * T * b * 2
+)
 assert by_hand == kv_cache_bytes(llama, num_tokens=T, batch=b)
 as_mha = by_hand * llama.num_heads // llama.num_kv_heads
 print(f"GQA: {by_hand / 2**30:.0f} GiB, as MHA: {as_mha / 2**30:.0f} GiB")
@@ -48,7 +50,10 @@ with torch.no_grad():
     k = gqa.W_key(x).view(1, 8, 2, 2).transpose(1, 2)  # (1, 2, 8, 2)
     v = gqa.W_value(x).view(1, 8, 2, 2).transpose(1, 2)  # (1, 2, 8, 2)
     heads = [
-        explicit_attention(q[:, i], k[:, i // 3], v[:, i // 3], causal_mask(8))[0] for i in range(6)
+        explicit_attention(
+            q[:, i], k[:, i // 3], v[:, i // 3], causal_mask(8)
+        )[0]
+        for i in range(6)
     ]  # 6 x (1, 8, 2)
     mine = gqa.out_proj(torch.cat(heads, dim=-1))  # (1, 8, 12)
     torch.testing.assert_close(mine, gqa(x))
@@ -63,7 +68,9 @@ print("by hand == MultiHeadAttention(num_kv_heads=2)")
 # %%
 # Solution
 for kv_heads in (32, 8, 1):
-    module = MultiHeadAttention(4096, 4096, 16, 0.0, num_heads=32, num_kv_heads=kv_heads)
+    module = MultiHeadAttention(
+        4096, 4096, 16, 0.0, num_heads=32, num_kv_heads=kv_heads
+    )
     n = module.W_key.weight.numel() + module.W_value.weight.numel()
     assert n == 2 * 4096 * kv_heads * (4096 // 32)
-    print(f"{kv_heads:>2} key/value heads: {n / 1e6:5.1f} M parameters in W_key and W_value")
+    print(f"{kv_heads:>2} key/value heads: {n / 1e6:5.1f} M parameters")

@@ -37,9 +37,13 @@ print("keys seen per query:", (~mine).sum(dim=-1).tolist())
 x = torch.randn(2, 50, 16)
 for window in (1, 7, 16, 64):
     torch.manual_seed(0)
-    mha = MultiHeadAttention(16, 16, 64, 0.0, num_heads=4, num_kv_heads=2, window=window)
+    mha = MultiHeadAttention(
+        16, 16, 64, 0.0, num_heads=4, num_kv_heads=2, window=window
+    )
     with torch.no_grad():
-        torch.testing.assert_close(mha(x), mha(x, need_weights=True)[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            mha(x), mha(x, need_weights=True)[0], atol=1e-5, rtol=0
+        )
     print(f"window {window:>2}: fused == explicit")
 
 # %% [markdown]
@@ -53,6 +57,7 @@ for window in (1, 7, 16, 64):
 T, w = 8192, 512
 causal_pairs = T * (T + 1) // 2  # query i sees i + 1 keys
 window_pairs = sum(min(i + 1, w) for i in range(T))  # at most w each
+ratio = causal_pairs / window_pairs
 print(
-    f"causal: {causal_pairs:,}, windowed: {window_pairs:,}, ratio {causal_pairs / window_pairs:.1f}"
+    f"causal: {causal_pairs:,}, windowed: {window_pairs:,}, ratio {ratio:.1f}"
 )

@@ -71,11 +71,18 @@ def model_params(cfg: dict, tied: bool = False) -> int:
 
 
 for d, heads in ((768, 12), (1024, 16)):
-    block = TransformerBlock({**GPT_CONFIG_124M, "emb_dim": d, "n_heads": heads})
+    block = TransformerBlock(
+        {**GPT_CONFIG_124M, "emb_dim": d, "n_heads": heads}
+    )
     assert sum(p.numel() for p in block.parameters()) == block_params(d)
 assert model_params(GPT_CONFIG_124M) == 163_009_536
 assert model_params(GPT_CONFIG_124M, tied=True) == 124_412_160
-sizes = {"small": (768, 12), "medium": (1024, 24), "large": (1280, 36), "XL": (1600, 48)}
+sizes = {
+    "small": (768, 12),
+    "medium": (1024, 24),
+    "large": (1280, 36),
+    "XL": (1600, 48),
+}
 for name, (d, n_layers) in sizes.items():
     cfg = {**GPT_CONFIG_124M, "emb_dim": d, "n_layers": n_layers}
     in_blocks = n_layers * block_params(d) / model_params(cfg, tied=True)
@@ -110,7 +117,13 @@ def without_shortcut(block: TransformerBlock, h: torch.Tensor) -> torch.Tensor:
 gradients = {}
 for shortcuts in (True, False):
     blocks.zero_grad()
-    x = torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    x = torch.randn(
+        1,
+        8,
+        64,
+        generator=torch.Generator().manual_seed(1),
+        requires_grad=True,
+    )
     h = x
     for block in blocks:
         h = block(h) if shortcuts else without_shortcut(block, h)  # (1, 8, 64)
@@ -119,7 +132,8 @@ for shortcuts in (True, False):
     assert x.grad is not None and first is not None
     gradients[shortcuts] = (float(x.grad.norm()), float(first.norm()))
     print(
-        f"shortcuts={shortcuts!s:<5}: |grad x| = {gradients[shortcuts][0]:.2e}, "
+        f"shortcuts={shortcuts!s:<5}: "
+        f"|grad x| = {gradients[shortcuts][0]:.2e}, "
         f"|grad W_query of block 0| = {gradients[shortcuts][1]:.2e}"
     )
 assert gradients[True][0] > 10 * gradients[False][0]

@@ -33,8 +33,16 @@ _ = torch.manual_seed(0)
 
 # %%
 # Solution
-cross = MultiHeadAttention(16, 16, context_length=8, dropout=0.0, num_heads=4, causal=False,
-                           kdim=10, vdim=10)  # fmt: skip
+cross = MultiHeadAttention(
+    16,
+    16,
+    context_length=8,
+    dropout=0.0,
+    num_heads=4,
+    causal=False,
+    kdim=10,
+    vdim=10,
+)
 x = torch.randn(2, 3, 16)  # (batch, m, d_in)
 memory = torch.randn(2, 6, 10)  # (batch, n, kdim)
 padding = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])  # (batch, n)
@@ -45,13 +53,22 @@ def heads(t: torch.Tensor) -> torch.Tensor:  # (2, T, 16) -> (2, 4, T, 4)
 
 
 with torch.no_grad():
-    Q, K, V = heads(cross.W_query(x)), heads(cross.W_key(memory)), heads(cross.W_value(memory))
+    Q, K, V = (
+        heads(cross.W_query(x)),
+        heads(cross.W_key(memory)),
+        heads(cross.W_value(memory)),
+    )
     scores = Q @ K.transpose(-2, -1) / 4**0.5  # (2, 4, m, n)
     scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
     Z = torch.softmax(scores, dim=-1) @ V  # (2, 4, m, 4)
     by_hand = cross.out_proj(Z.transpose(1, 2).reshape(2, 3, 16))
-    torch.testing.assert_close(by_hand, cross(x, padding, key=memory), atol=1e-6, rtol=0)
-print("by hand == the module, with a 10-wide memory and padding:", tuple(by_hand.shape))
+    torch.testing.assert_close(
+        by_hand, cross(x, padding, key=memory), atol=1e-6, rtol=0
+    )
+print(
+    "by hand == the module, with a 10-wide memory and padding:",
+    tuple(by_hand.shape),
+)
 
 # %% [markdown]
 # ## Exercise 14.2: what the cross-attention cache saves
@@ -80,7 +97,9 @@ for hook in hooks:
     hook.remove()
 assert counts[True] == L * n  # once per block
 assert counts[False] == L * m * n  # every block, every step
-print(f"memory rows projected by W_key: cached {counts[True]}, uncached {counts[False]}")
+print(
+    f"rows projected by W_key: cached {counts[True]}, uncached {counts[False]}"
+)
 
 # %% [markdown]
 # ## Exercise 14.3: reverse instead of copy
@@ -89,7 +108,8 @@ print(f"memory rows projected by W_key: cached {counts[True]}, uncached {counts[
 # backwards: for sequences of 8 tokens from `copy_batch`, the target is `src.flip(1)`. Use
 # teacher forcing (`decoder_inputs(tgt, model.bos)`), Adam at `lr=1e-2`, batches of 128, 120
 # steps. Check that greedy decoding reverses fresh sequences, and that the cross-attention
-# weights now follow the *anti*-diagonal: output step $t$ reads input position $n + 1 - t$.
+# weights now follow the *anti*-diagonal: output step $t$ reads input position $n - 1 - t$
+# (both counted from 0).
 
 # %%
 # Solution
@@ -109,9 +129,11 @@ model.eval()
 src, _ = copy_batch(256, 8, 20, generator)
 accuracy = (model.generate(src) == src.flip(1)).float().mean().item()
 with torch.no_grad():
-    _, weights = model(src[:1], decoder_inputs(src[:1].flip(1), model.bos), need_weights=True)
-reads = weights[0][0].argmax(-1)  # (heads, m): where each head looks hardest, per step
-anti_diagonal = torch.arange(7, -1, -1)  # step t reads position 8 - t (from 0: 7 - t)
+    _, weights = model(
+        src[:1], decoder_inputs(src[:1].flip(1), model.bos), need_weights=True
+    )
+reads = weights[0][0].argmax(-1)  # (heads, m): where each head looks hardest
+anti_diagonal = torch.arange(7, -1, -1)  # step t reads position 7 - t
 on_it = (reads == anti_diagonal).float().mean().item()
 print(f"token accuracy reversing: {accuracy:.2f}")
 print(f"steps whose heaviest weight is on the anti-diagonal: {on_it:.0%}")

@@ -29,7 +29,9 @@ _ = torch.manual_seed(0)
 
 # %%
 # Solution
-mha = MultiHeadAttention(16, 16, context_length=32, dropout=0.0, num_heads=4).eval()
+mha = MultiHeadAttention(
+    16, 16, context_length=32, dropout=0.0, num_heads=4
+).eval()
 x = torch.randn(1, 10, 16)
 
 
@@ -45,9 +47,12 @@ with torch.no_grad():
         q = heads(mha.W_query(token))
         K = torch.cat((K, heads(mha.W_key(token))), dim=2)  # (1, 4, t + 1, 4)
         V = torch.cat((V, heads(mha.W_value(token))), dim=2)
-        z = torch.softmax(q @ K.transpose(-2, -1) / 4**0.5, dim=-1) @ V  # (1, 4, 1, 4)
+        alpha = torch.softmax(q @ K.transpose(-2, -1) / 4**0.5, dim=-1)
+        z = alpha @ V  # (1, 4, 1, 4)
         out = mha.out_proj(z.transpose(1, 2).reshape(1, 1, 16))
-        torch.testing.assert_close(out[:, 0], mha(x[:, : t + 1])[:, -1], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            out[:, 0], mha(x[:, : t + 1])[:, -1], atol=1e-5, rtol=0
+        )
 print("10 decode steps by hand == the module on the whole prefix")
 
 # %% [markdown]
@@ -92,9 +97,13 @@ print(
 
 # %%
 # Solution
-logits = torch.tensor([4.51, 0.89, -1.90, 6.75, 1.63, -1.62, -1.89, 6.28, 1.79])
+logits = torch.tensor(
+    [4.51, 0.89, -1.90, 6.75, 1.63, -1.62, -1.89, 6.28, 1.79]
+)
 top = torch.topk(logits, 3)
-kept = torch.full_like(logits, float("-inf")).scatter(0, top.indices, top.values)
+kept = torch.full_like(logits, float("-inf")).scatter(
+    0, top.indices, top.values
+)
 probs = torch.softmax(kept, dim=0)
 assert (probs > 0).sum() == 3 and torch.isclose(probs.sum(), torch.tensor(1.0))
 print({int(i): round(float(probs[i]), 3) for i in top.indices})

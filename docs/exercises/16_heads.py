@@ -53,7 +53,8 @@ model = GPTModel(cfg).eval()
 with torch.no_grad():
     weights = model_weights(model, idx)  # (2, 1, 4, 16, 16)
 t = torch.arange(1, T)
-mine = weights[..., t, t - 1].mean(dim=(-3, -1))  # over the batch and the queries: (2, 4)
+# the mean over the batch and the queries: (layers, heads) = (2, 4)
+mine = weights[..., t, t - 1].mean(dim=(-3, -1))
 torch.testing.assert_close(mine, previous_token_score(weights))
 print("previous-token scores, layer by head:\n", mine)
 
@@ -82,9 +83,10 @@ for name, head in (("previous-token", previous), ("induction", induction)):
         f"{float(previous_token_score(w)):.2f}, "
         f"induction score {float(induction_score(w, idx)):.2f}"
     )
-# The induction head reads t - n + 1, not t - 1 (its small previous-token score is query 1,
-# which reads token 0 for lack of anything else); the previous-token head reads t - 1, which
-# followed x_{t-2}, a different random token from x_t.
+# The induction head reads t - n + 1, not t - 1 (its small previous-token score
+# is query 1, which reads token 0 for lack of anything else); the
+# previous-token head reads t - 1, which followed x_{t-2}, a different random
+# token from x_t.
 
 # %% [markdown]
 # ## Exercise 16.3: the baseline of a head that looks nowhere in particular
@@ -95,11 +97,15 @@ for name, head in (("previous-token", previous), ("induction", induction)):
 
 # %%
 # Solution
-uniform = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]  # (T, T)
+# each query spreads its weight evenly over the keys it sees: (T, T)
+uniform = torch.tril(torch.ones(T, T)) / torch.arange(1, T + 1)[:, None]
 w = uniform[None, None]
 prev_by_hand = (1 / (t + 1)).mean()  # alpha[t, t-1] = 1/(t+1), t = 1..T-1
 # a repeated token at t >= n has one induction key (t - n + 1): weight 1/(t+1)
 ind_by_hand = (1 / (second + 1)).mean()
 torch.testing.assert_close(previous_token_score(w)[0], prev_by_hand)
 torch.testing.assert_close(induction_score(w, idx)[0], ind_by_hand)
-print(f"uniform head: previous-token {prev_by_hand:.3f}, induction {ind_by_hand:.3f}")
+print(
+    f"uniform head: previous-token {prev_by_hand:.3f}, "
+    f"induction {ind_by_hand:.3f}"
+)
