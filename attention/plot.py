@@ -373,6 +373,8 @@ def lines(
     logy: bool = False,
     styles: Mapping[str, Mapping[str, Any]] | None = None,
     legend: str = "best",
+    integer_x: bool = False,
+    ymin: float | None = None,
 ) -> Figure:
     """One line per named series over shared x values, with markers and a legend.
 
@@ -389,12 +391,15 @@ def lines(
             others take the colour cycle, with circles.
         legend: where the legend goes (matplotlib's `loc`), or `"below"`: under the axes,
             off the data.
+        integer_x: ticks on whole numbers only, for an x that counts (layers, blocks).
+        ymin: where the y axis starts (0 for sizes and norms, so that their ratios read
+            true), instead of just below the lowest value.
 
     Returns:
         The matplotlib `Figure`.
 
     Raises:
-        ValueError: a series' length differs from `len(x)`.
+        ValueError: a series' length differs from `len(x)`, or `ymin` is not finite.
 
     Examples:
         >>> fig = lines([1, 2, 4], {"time": [1.0, 2.1, 3.9]}, xlabel="tokens", ylabel="ms",
@@ -410,16 +415,15 @@ def lines(
     for name, ys in series.items():
         if len(_numbers(f"series {name!r}", ys)) != len(x):
             raise ValueError(f"expected {len(x)} values in series {name!r}, got {len(ys)}")
+    if ymin is not None and not math.isfinite(_numbers("ymin", [ymin])[0]):
+        raise ValueError(f"ymin must be a finite number, got {ymin!r}")
     with _rc_context():
         fig = Figure(figsize=(7.0, 4.2), layout="constrained")
         ax = fig.add_subplot()
         for name, ys in series.items():
             style = {"marker": "o", **(styles or {}).get(name, {})}
             ax.plot(list(x), list(ys), label=name, **style)
-        if logx:
-            ax.set_xscale("log")
-        if logy:
-            ax.set_yscale("log")
+        _scale_axes(ax, logx=logx, logy=logy, integer_x=integer_x, ymin=ymin)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
@@ -430,6 +434,20 @@ def lines(
         elif series:
             ax.legend(loc=legend)  # type: ignore[call-overload]
     return fig
+
+
+def _scale_axes(ax: Any, *, logx: bool, logy: bool, integer_x: bool, ymin: float | None) -> None:
+    """`lines`' axis options, set on `ax`."""
+    from matplotlib.ticker import MaxNLocator
+
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    if integer_x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if ymin is not None:
+        ax.set_ylim(bottom=ymin)
 
 
 def bars(

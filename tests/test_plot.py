@@ -257,6 +257,20 @@ def test_lines_keep_given_styles_and_can_put_the_legend_below() -> None:
     assert fig.axes[0].get_legend() is None and len(fig.legends) == 1  # under the axes
 
 
+def test_lines_can_count_on_x_and_start_y_at_zero() -> None:
+    fig = lines([0, 1, 2, 3], {"norm": [2.0, 2.5, 3.0, 3.5]}, xlabel="block", ylabel="norm",
+                integer_x=True, ymin=0)  # fmt: skip
+    ax = fig.axes[0]
+    ticks = [t for t in ax.get_xticks() if 0 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert ax.get_ylim()[0] == 0
+    plain = lines([0, 1, 2, 3], {"norm": [2.0, 2.5, 3.0, 3.5]}, xlabel="b", ylabel="n")
+    assert plain.axes[0].get_ylim()[0] > 1  # by default, just below the lowest value
+    assert any(not float(t).is_integer() for t in plain.axes[0].get_xticks())
+    with pytest.raises(ValueError, match="ymin must be a finite number, got nan"):
+        lines([0, 1], {"a": [1.0, 2.0]}, xlabel="x", ylabel="y", ymin=float("nan"))
+
+
 def test_bars_write_whole_numbers_whole() -> None:
     labels = texts(svg(bars(["GPT-2", "Llama"], [36.0, 512.0], ylabel="KiB")))
     assert {"36", "512"} <= set(labels) and "512.00" not in labels
