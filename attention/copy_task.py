@@ -17,10 +17,11 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +42,7 @@ __all__ = [
     "run_experiment",
     "token_letters",
     "train",
+    "train_and_test",
 ]
 
 VOCAB_SIZE = 20
@@ -220,6 +222,43 @@ def evaluate_by_length(
     return accuracy
 
 
+M = TypeVar("M", bound=nn.Module)
+
+
+def train_and_test(
+    make: Callable[[], M],
+    *,
+    seed: int,
+    lengths: Sequence[int],
+    steps: int,
+    batch_size: int = 256,
+    lr: float = 1e-2,
+    num_seqs: int = 256,
+) -> tuple[M, list[float], list[float], float]:
+    """One model through chapter 1's experiment: made, trained, tested and timed.
+
+    `make()` draws its weights under `seed` (the global RNG is left as it was);
+    [`train`][attention.copy_task.train] runs on the batches drawn under `seed`, lengths
+    `lengths[0]` to `lengths[-1]`;
+    [`evaluate_by_length`][attention.copy_task.evaluate_by_length] tests every length with
+    data drawn under `seed + 1`. Chapter 1's two models and chapter 14's transformer go
+    through it, so all three see the same batches and the same tests.
+
+    Returns:
+        The trained model (in eval mode), its loss at each step, its accuracy at each length,
+        and the seconds it took to train and test.
+    """
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = make()
+    losses = train(model, steps=steps, batch_size=batch_size, min_len=lengths[0],
+                   max_len=lengths[-1], lr=lr, seed=seed)  # fmt: skip
+    copier = cast(Copier, model)  # chapter 1's models and chapter 14's: each has generate
+    accuracy = evaluate_by_length(copier, lengths, num_seqs=num_seqs, seed=seed + 1)
+    return model, losses, accuracy, time.perf_counter() - start
+
+
 @dataclass(frozen=True)
 class ExperimentResult:
     """What [`run_experiment`][attention.copy_task.run_experiment] measured.
@@ -310,17 +349,11 @@ def run_experiment(
     models = {}
     with torch_threads(num_threads):
         for name, use_attention in (("plain", False), ("attention", True)):
-            start = time.perf_counter()
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                model = Seq2Seq(vocab_size, embed_dim, hidden_size, attention=use_attention)
-            losses[name] = train(
-                model, steps=steps, batch_size=batch_size, min_len=min_len, max_len=max_len,
-                lr=lr, seed=seed,
+            models[name], losses[name], accuracy[name], seconds[name] = train_and_test(
+                functools.partial(Seq2Seq, vocab_size, embed_dim, hidden_size, use_attention),
+                seed=seed, lengths=lengths, steps=steps, batch_size=batch_size, lr=lr,
+                num_seqs=num_seqs,
             )  # fmt: skip
-            accuracy[name] = evaluate_by_length(model, lengths, num_seqs=num_seqs, seed=seed + 1)
-            seconds[name] = time.perf_counter() - start
-            models[name] = model
         src, _ = copy_batch(1, max_len, vocab_size, torch.Generator().manual_seed(seed + 2))
         tokens, alignments = models["attention"].generate(src)  # (1, n), (1, n, n)
     assert alignments is not None

@@ -47,8 +47,6 @@ Examples:
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -66,6 +64,7 @@ from attention.copy_task import (
     evaluate_by_length,
     token_letters,
     train,
+    train_and_test,
 )
 from attention.gpt import FeedForward, LayerNorm
 from attention.multihead import MultiHeadAttention
@@ -486,7 +485,6 @@ class TransformerResult:
     model: Seq2SeqTransformer
 
 
-@functools.cache
 def transformer_experiment(
     seed: int = 0,
     *,
@@ -497,14 +495,15 @@ def transformer_experiment(
     lr: float = 1e-2,
     num_threads: int | None = 1,
 ) -> TransformerResult:
-    """Train and test the transformer on chapter 1's copy task; memoised per argument set.
+    """Train and test the transformer on chapter 1's copy task, as chapter 1 did its models.
 
     The data and the sizes the two models share are
     [`run_experiment`][attention.copy_task.run_experiment]'s defaults: the task's
     [`VOCAB_SIZE`][attention.copy_task.VOCAB_SIZE] tokens and lengths `MIN_LEN` to `MAX_LEN`,
     batches of 256 drawn under `seed`, 256 test sequences per length under
-    `seed + 1`, the alignment example under `seed + 2`. The weights are drawn under `seed`;
-    the global RNG is left untouched. A page that shows the result twice trains once.
+    `seed + 1`, the alignment example under `seed + 2`
+    ([`train_and_test`][attention.copy_task.train_and_test]). The weights are drawn under
+    `seed`; the global RNG is left untouched.
 
     Args:
         seed: seeds the weights, the training data and the test data.
@@ -521,14 +520,10 @@ def transformer_experiment(
     vocab_size, min_len, max_len = VOCAB_SIZE, MIN_LEN, MAX_LEN  # chapter 1's task
     lengths = list(range(min_len, max_len + 1))
     with torch_threads(num_threads):
-        start = time.perf_counter()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = Seq2SeqTransformer(vocab_size, d_model, num_heads, num_layers)
-        losses = train_copy(model, steps=steps, min_len=min_len, max_len=max_len, lr=lr,
-                            seed=seed)  # fmt: skip
-        accuracy = evaluate_copy(model, lengths, seed=seed + 1)
-        seconds = time.perf_counter() - start
+        model, losses, accuracy, seconds = train_and_test(
+            lambda: Seq2SeqTransformer(vocab_size, d_model, num_heads, num_layers),
+            seed=seed, lengths=lengths, steps=steps, lr=lr,
+        )  # fmt: skip
         src, _ = copy_batch(1, max_len, vocab_size, torch.Generator().manual_seed(seed + 2))
         tokens = model.generate(src)  # (1, n)
         with torch.no_grad():
