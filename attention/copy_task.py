@@ -141,8 +141,8 @@ def train(
 
     Raises:
         TypeError: `model` is not a `Seq2Seq`, or a count, length or the seed is not an int.
-        ValueError: `steps < 1`, `batch_size < 1`, `min_len < 1`, `max_len < min_len`, or a
-            negative seed.
+        ValueError: `steps < 1`, `batch_size < 1`, `min_len < 1`, `max_len < min_len`,
+            `max_len` over a model's `context_length`, or a negative seed.
     """
     if not (isinstance(model, nn.Module) and hasattr(model, "vocab_size")
             and hasattr(model, "bos")):  # fmt: skip
@@ -157,6 +157,10 @@ def train(
     check_size("max_len", max_len)
     if max_len < min_len:
         raise ValueError(f"expected min_len <= max_len, got {min_len=} and {max_len=}")
+    context_length = getattr(model, "context_length", max_len)  # the transformer has one
+    if max_len > context_length:
+        raise ValueError(f"max_len must be at most the model's context_length "
+                         f"{context_length}, got {max_len}")  # fmt: skip
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)

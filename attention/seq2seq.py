@@ -47,7 +47,6 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -61,9 +60,7 @@ from attention.copy_task import (
     MIN_LEN,
     VOCAB_SIZE,
     copy_batch,
-    evaluate_by_length,
     token_letters,
-    train,
     train_and_test,
 )
 from attention.gpt import FeedForward, LayerNorm
@@ -77,8 +74,6 @@ __all__ = [
     "EncoderBlock",
     "Seq2SeqTransformer",
     "TransformerResult",
-    "evaluate_copy",
-    "train_copy",
     "transformer_experiment",
 ]
 
@@ -395,68 +390,6 @@ def _check_padding(padding: object, src: Tensor) -> None:
         check_padding_mask(padding, src.shape[0], src.shape[1], src.device)
     except (TypeError, ValueError) as error:
         raise type(error)(f"padding: {error}") from None
-
-
-def train_copy(
-    model: Seq2SeqTransformer,
-    *,
-    steps: int = 150,
-    batch_size: int = 256,
-    min_len: int = MIN_LEN,
-    max_len: int = MAX_LEN,
-    lr: float = 1e-2,
-    seed: int = 0,
-) -> list[float]:
-    """Train on the copy task with teacher forcing: chapter 1's batches, for a transformer.
-
-    The data are those of [`copy_task.train`][attention.copy_task.train] with the same
-    arguments: one length per step, drawn uniformly from `min_len .. max_len`, then a batch
-    of [`copy_batch`][attention.copy_task.copy_batch], all from one generator seeded with
-    `seed`. Adam, the gradient norm clipped at 1, the learning rate decaying linearly to 0.
-
-    Returns:
-        The training loss (nats per token) at each step.
-
-    Raises:
-        TypeError: `model` is not a `Seq2SeqTransformer`, or a count is not an int.
-        ValueError: a count below 1, `max_len < min_len`, or `max_len` over the model's
-            `context_length`.
-    """
-    if not isinstance(model, Seq2SeqTransformer):
-        raise TypeError(f"model must be a Seq2SeqTransformer, got {type(model).__name__}")
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("min_len", min_len)):
-        check_size(name, value)
-    check_size("seed", seed, minimum=0)
-    if not min_len <= check_size("max_len", max_len) <= model.context_length:
-        raise ValueError(f"expected min_len <= max_len <= context_length, got {min_len=}, "
-                         f"{max_len=}, context_length={model.context_length}")  # fmt: skip
-    return train(
-        model,
-        steps=steps,
-        batch_size=batch_size,
-        min_len=min_len,
-        max_len=max_len,
-        lr=lr,
-        seed=seed,
-    )  # chapter 1's loop, unchanged
-
-
-def evaluate_copy(
-    model: Seq2SeqTransformer, lengths: Sequence[int], *, num_seqs: int = 256, seed: int = 0
-) -> list[float]:
-    """Token accuracy of greedy decoding per length, on chapter 1's test sequences.
-
-    The data are those of [`evaluate_by_length`][attention.copy_task.evaluate_by_length]
-    with the same `lengths`, `num_seqs` and `seed`.
-
-    Returns:
-        For each length, the fraction of output tokens equal to the input token there.
-
-    Raises:
-        TypeError: a length or `num_seqs` is not an int.
-        ValueError: a length or `num_seqs` below 1.
-    """
-    return evaluate_by_length(model, lengths, num_seqs=num_seqs, seed=seed)
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.copy_task import copy_batch
+from attention.copy_task import copy_batch, evaluate_by_length, train
 from attention.rnn import decoder_inputs
 from attention.seq2seq import (
     DecoderBlock,
     EncoderBlock,
     Seq2SeqTransformer,
-    evaluate_copy,
-    train_copy,
     transformer_experiment,
 )
 
@@ -117,9 +115,9 @@ def test_source_padding_changes_nothing_real(model: Seq2SeqTransformer) -> None:
 def test_training_beats_chance(one_thread: None) -> None:
     torch.manual_seed(0)
     model = Seq2SeqTransformer(VOCAB_SIZE, d_model=32, num_heads=2)
-    losses = train_copy(model, steps=60, batch_size=128, max_len=8)
+    losses = train(model, steps=60, batch_size=128, max_len=8)  # chapter 1's loop
     assert len(losses) == 60 and losses[-1] < losses[0]
-    accuracy = evaluate_copy(model, [4, 8], num_seqs=64, seed=1)
+    accuracy = evaluate_by_length(model, [4, 8], num_seqs=64, seed=1)
     assert min(accuracy) > 3 / VOCAB_SIZE  # chance is 1 / 20
     assert not model.training
 
@@ -158,12 +156,14 @@ def test_bad_inputs_are_named(model: Seq2SeqTransformer) -> None:
         model.generate(src, out_len=65)
     with pytest.raises(ValueError, match="memory is None"):
         model.decoder[0](torch.randn(3, 1, 16), None)
-    with pytest.raises(TypeError, match="Seq2SeqTransformer"):
-        train_copy(torch.nn.Linear(2, 2))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="vocab_size and bos"):
+        train(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="max_len"):
-        train_copy(model, min_len=5, max_len=4)
+        train(model, min_len=5, max_len=4)
+    with pytest.raises(ValueError, match="context_length 64, got 65"):
+        train(model, max_len=65)
     with pytest.raises(TypeError, match="lengths"):
-        evaluate_copy(model, 5)  # type: ignore[arg-type]
+        evaluate_by_length(model, 5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="vocab_size"):
         Seq2SeqTransformer(1)
     with pytest.raises(ValueError, match="d_model"):
