@@ -307,6 +307,8 @@ class Published:
     path: str
     """Where the file goes, from the site's root."""
     data: bytes
+    meta: dict[str, Any]
+    """`export_model`'s meta: what the browser needs besides the weights."""
     model: GPTModel
     cases: list[tuple[Tensor, Settings]]
 
@@ -357,7 +359,7 @@ def explorer_html(
                              f"{model.context_length}, got {tuple(idx.shape)}")  # fmt: skip
     meta, blob = export_model(model, vocab)
     path = f"explorer/{name}-{hashlib.sha256(blob).hexdigest()[:12]}.bin"
-    _PUBLISHED.append(Published(path, blob, model, check_cases(model, presets)))
+    _PUBLISHED.append(Published(path, blob, meta, model, check_cases(model, presets)))
     data = {
         **meta, "model": path, "masks": list(MASKS), "defaults": asdict(Settings()),
         "presets": [{"name": k, "ids": v[0].tolist()} for k, v in presets.items()],

@@ -157,16 +157,18 @@ def test_the_explorer_check_fails_on_a_browser_that_computes_otherwise() -> None
 
     cfg = {"vocab_size": 5, "context_length": 4, "emb_dim": 8, "n_heads": 2, "n_layers": 1,
            "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
-    entry = Published("explorer/m.bin", b"", GPTModel(cfg), [])
-    good = {"errors": [[2e-5, 1e-6, 1e-13, 1e-14]], "ms": 3.0}
-    explorer._judge(entry, good)  # within both limits: passes
-    for k, bad in enumerate([2e-4, 2e-4, 1e-8, 1e-8]):
-        errors = [[2e-5, 1e-6, 1e-13, 1e-14], [2e-5, 1e-6, 1e-13, 1e-14]]
+    entry = Published("explorer/m.bin", b"", {}, GPTModel(cfg), [])
+    from attention.explorer import EXACT, TOLERANCE
+
+    within = [TOLERANCE / 5, TOLERANCE / 100, EXACT / 10, EXACT / 100]
+    explorer._judge(entry, [within])  # within both limits: passes
+    for k, bad in enumerate([2 * TOLERANCE, 2 * TOLERANCE, 10 * EXACT, 10 * EXACT]):
+        errors = [list(within), list(within)]
         errors[1][k] = bad
         with pytest.raises(PluginError, match=r"differs from PyTorch's on cases \[1\]"):
-            explorer._judge(entry, {"errors": errors, "ms": 3.0})
+            explorer._judge(entry, errors)
     with pytest.raises(PluginError, match="on cases"):
-        explorer._judge(entry, {"errors": [[float("inf")] * 4], "ms": 3.0})
+        explorer._judge(entry, [[float("inf")] * 4])
 
 
 def test_a_notebook_output_showing_an_address_fails_the_build() -> None:
