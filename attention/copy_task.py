@@ -346,8 +346,6 @@ def run_experiment(
     Returns:
         An [`ExperimentResult`][attention.copy_task.ExperimentResult].
     """
-    if num_threads is not None:
-        check_size("num_threads", num_threads)
     lengths = list(range(min_len, max_len + 1))
     accuracy, losses, seconds = {}, {}, {}
     models = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -122,8 +123,9 @@ def test_shown_code_lines_fit_the_column(page: Path) -> None:
 
 
 NOTEBOOKS = sorted((ROOT / "docs" / "exercises").glob("*.py"))
-NOTEBOOK_COLUMN = 79
-"""The same column in a notebook, less the margins of a solution's box."""
+NOTEBOOK_COLUMN = tomllib.loads((ROOT / "docs/exercises/ruff.toml").read_text())["line-length"]
+"""The same column in a notebook, less the margins of a solution's box (what ruff formats
+the notebooks to)."""
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
