@@ -56,7 +56,7 @@ import torch
 from torch import Tensor
 
 from attention.checks import check_ids, check_size
-from attention.gpt import GPTModel, TransformerBlock
+from attention.gpt import GPTModel
 from attention.heads import ablate_head, model_weights
 from attention.visibility import Visibility
 
@@ -153,10 +153,6 @@ def _pairs(ablate: object) -> tuple[tuple[int, int], ...]:
     return pairs
 
 
-def _blocks(model: GPTModel) -> list[TransformerBlock]:
-    return list(model.trf_blocks)  # type: ignore[arg-type]
-
-
 def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any], bytes]:
     """The model's configuration and its weights, as the browser's forward reads them.
 
@@ -184,8 +180,8 @@ def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any],
         raise ValueError(f"vocab must hold vocab_size={model.vocab_size} strings, got {len(vocab)}")
     if len(set(vocab)) != len(vocab) or "" in vocab:
         raise ValueError("vocab must hold distinct, non-empty strings: the browser reads text")
-    att = _blocks(model)[0].att
-    if any(b.att.sink_logits is not None or b.att.rule != att.rule for b in _blocks(model)):
+    att = model.blocks[0].att
+    if any(b.att.sink_logits is not None or b.att.rule != att.rule for b in model.blocks):
         raise ValueError("the browser runs blocks of one visibility rule, without sink logits")
     tensors, chunks, offset = {}, [], 0
     for name, tensor in model.state_dict().items():
@@ -194,7 +190,7 @@ def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any],
         chunks.append(flat.numpy().astype("<f4").tobytes())
         offset += flat.numel()
     meta = {
-        "n_layers": len(_blocks(model)), "n_heads": att.num_heads,
+        "n_layers": len(model.blocks), "n_heads": att.num_heads,
         "n_kv_heads": att.num_kv_heads, "head_dim": att.head_dim,
         "emb_dim": model.tok_emb.embedding_dim, "vocab_size": model.vocab_size,
         "context_length": model.context_length,
@@ -208,7 +204,7 @@ def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any],
 def _settings(model: GPTModel, settings: Settings) -> Iterator[None]:
     """Inside: every layer masks by `settings`' rule, its queries scaled by 1 / temperature
     (RoPE is linear: the scores divide by it), and the ablated heads write nothing."""
-    blocks = _blocks(model)
+    blocks = model.blocks
     rules = [b.att.rule for b in blocks]
     queries = [(q.weight.data, None if q.bias is None else q.bias.data)  # the tensors kept
                for q in (b.att.W_query for b in blocks)]  # fmt: skip
@@ -282,7 +278,7 @@ def check_cases(
         split = idx.shape[1] // 2
         for mask in MASKS:
             cases.append((idx, Settings(mask=mask, window=3, sinks=1, split=split)))
-    n_layers, n_heads = len(_blocks(model)), _blocks(model)[0].att.num_heads
+    n_layers, n_heads = len(model.blocks), model.blocks[0].att.num_heads
     for k in range(num_random):  # the first as long as the context
         T = int(torch.randint(2, model.context_length + 1, (1,), generator=g))
         T = model.context_length if k == 0 else T

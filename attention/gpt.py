@@ -239,6 +239,11 @@ class GPTModel(nn.Module):
             if isinstance(module, nn.Linear):
                 _store_transposed(module)
 
+    @property
+    def blocks(self) -> list[TransformerBlock]:
+        """`trf_blocks` as a typed list: block 0 first."""
+        return list(self.trf_blocks)  # type: ignore[arg-type]
+
     def forward(
         self,
         in_idx: Tensor,
@@ -297,7 +302,7 @@ class GPTModel(nn.Module):
         counts the slots between a query and a key, padding included, so padding may only
         come before each row's tokens (left padding), in the first chunk.
         """
-        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        blocks = self.blocks
         if any(block.att.sinks for block in blocks):
             raise ValueError(
                 "attention_mask with padding: this model keeps attention sinks (cfg 'sinks'), "
@@ -319,7 +324,7 @@ class GPTModel(nn.Module):
                 raise ValueError(f"0 cached + {num_tokens} new tokens is longer than "
                                  f"context_length={self.context_length}")  # fmt: skip
             return
-        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        blocks = self.blocks
         if not isinstance(caches, list | tuple) or len(caches) != len(blocks):
             raise ValueError(f"caches must be a list of one KVCache per block ({len(blocks)}), "
                              f"got {caches!r:.60}")  # fmt: skip
@@ -428,14 +433,14 @@ class GPTModel(nn.Module):
         """
         if max_tokens is not None:
             check_size("max_tokens", max_tokens)
-        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        blocks = self.blocks
         return [block.att.init_cache(batch_size, None if block.att.window is not None
                                      else max_tokens) for block in blocks]  # fmt: skip
 
     @property
     def unbounded(self) -> bool:
         """Whether it can generate forever: RoPE and a window in every block (ring buffers)."""
-        blocks: list[TransformerBlock] = list(self.trf_blocks)  # type: ignore[arg-type]
+        blocks = self.blocks
         return self.pos_emb is None and all(block.att.window is not None for block in blocks)
 
 

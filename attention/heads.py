@@ -74,7 +74,7 @@ __all__ = [
 def _blocks(model: GPTModel) -> list[TransformerBlock]:
     if not isinstance(model, GPTModel):
         raise TypeError(f"model must be a GPTModel, got {type(model).__name__}")
-    return list(model.trf_blocks)  # type: ignore[arg-type]
+    return model.blocks
 
 
 def model_scores(model: GPTModel, idx: Tensor, document_ids: Tensor | None = None) -> Tensor:

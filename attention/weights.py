@@ -72,7 +72,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.checks import check_size, check_tensor
-from attention.gpt import GPTModel, LayerNorm, TransformerBlock
+from attention.gpt import GPTModel, LayerNorm
 from attention.multihead import MultiHeadAttention
 
 __all__ = [
@@ -130,7 +130,7 @@ def _gpt2_slots(model: GPTModel) -> list[_Slot]:
     assert model.pos_emb is not None  # gpt2_unsupported() was asked first
     slots = [_Slot(f"{name}.weight", (emb.weight,), tuple(emb.weight.shape), False)
              for name, emb in (("wte", model.tok_emb), ("wpe", model.pos_emb))]  # fmt: skip
-    blocks: list[TransformerBlock] = list(model.trf_blocks)  # type: ignore[arg-type]
+    blocks = model.blocks
     for i, block in enumerate(blocks):
         att, h = block.att, f"h.{i}"
         fc, proj = block.ff.layers[0], block.ff.layers[2]
@@ -628,7 +628,7 @@ def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:
     if not torch.equal(model.out_head.weight, model.tok_emb.weight):
         raise ValueError("the book's layout ties the output head to wte: "
                          "model.out_head.weight must equal model.tok_emb.weight")  # fmt: skip
-    blocks: list[TransformerBlock] = list(model.trf_blocks)  # type: ignore[arg-type]
+    blocks = model.blocks
     params: dict[str, Any] = {"blocks": [{} for _ in blocks]}
     like = model.tok_emb.weight
     for slot in _gpt2_slots(model):

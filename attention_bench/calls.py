@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from attention.gpt import GPTModel, TransformerBlock
+from attention.gpt import GPTModel
 
 __all__ = ["count_calls", "decode_calls"]
 
@@ -51,7 +51,7 @@ def decode_calls(model: GPTModel, prompt_tokens: int = 8) -> dict[str, float]:
         `{"step": ..., "per_layer": step / n_layers, "attention": ...}`, the last for one
         block's `MultiHeadAttention.attend` on its own.
     """
-    blocks: list[TransformerBlock] = list(model.trf_blocks)  # type: ignore[arg-type]
+    blocks = model.blocks
     with torch.no_grad():
         caches = model.init_caches(1, prompt_tokens + 2)
         model.logits(torch.zeros(1, prompt_tokens, dtype=torch.long), caches)
