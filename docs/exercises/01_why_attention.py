@@ -16,7 +16,7 @@
 # %%
 import torch
 
-from attention.copy_task import copy_batch
+from attention.copy_task import VOCAB_SIZE, copy_batch
 from attention.rnn import AdditiveAttention, Seq2Seq
 
 _ = torch.manual_seed(0)
@@ -75,11 +75,11 @@ assert int(alpha.argmax()) == 3 and alpha[3] > 0.99
 
 # %%
 # Solution
-model = Seq2Seq(vocab_size=20, attention=True)
+model = Seq2Seq(vocab_size=VOCAB_SIZE, attention=True)
 generator = torch.Generator().manual_seed(0)
 for n in (4, 16, 64):
     src, _ = copy_batch(
-        batch_size=1, seq_len=n, vocab_size=20, generator=generator
+        batch_size=1, seq_len=n, vocab_size=VOCAB_SIZE, generator=generator
     )
     with torch.no_grad():
         enc_states, h_n = model.encode(src)  # (1, n, H), (1, H)

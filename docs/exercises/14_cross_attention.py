@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from attention import MultiHeadAttention
-from attention.copy_task import copy_batch
+from attention.copy_task import VOCAB_SIZE, copy_batch
 from attention.rnn import decoder_inputs
 from attention.seq2seq import Seq2SeqTransformer
 
@@ -82,7 +82,7 @@ print(
 # %%
 # Solution
 model = Seq2SeqTransformer(20, d_model=16, num_heads=2, num_layers=3).eval()
-src = torch.randint(0, 20, (1, 10))
+src = torch.randint(0, VOCAB_SIZE, (1, 10))
 L, n, m = 3, 10, 6
 rows = []
 hooks = [block.cross_att.W_key.register_forward_hook(
@@ -104,7 +104,7 @@ print(
 # %% [markdown]
 # ## Exercise 14.3: reverse instead of copy
 #
-# Train `Seq2SeqTransformer(vocab_size=20, d_model=32, num_heads=2)` to write its input
+# Train `Seq2SeqTransformer(VOCAB_SIZE, d_model=32, num_heads=2)` to write its input
 # backwards: for sequences of 8 tokens from `copy_batch`, the target is `src.flip(1)`. Use
 # teacher forcing (`decoder_inputs(tgt, model.bos)`), Adam at `lr=1e-2`, batches of 128, 120
 # steps. Check that greedy decoding reverses fresh sequences, and that the cross-attention
@@ -114,26 +114,26 @@ print(
 # %%
 # Solution
 torch.manual_seed(0)
-model = Seq2SeqTransformer(vocab_size=20, d_model=32, num_heads=2)
+model = Seq2SeqTransformer(VOCAB_SIZE, d_model=32, num_heads=2)
 generator = torch.Generator().manual_seed(0)
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 for _ in range(120):
-    src, _ = copy_batch(128, 8, 20, generator)  # (128, 8)
+    src, _ = copy_batch(128, 8, VOCAB_SIZE, generator)  # (128, 8)
     tgt = src.flip(1)  # the input backwards
-    logits, _ = model(src, decoder_inputs(tgt, model.bos))  # (128, 8, 20)
+    logits, _ = model(src, decoder_inputs(tgt, model.bos))  # (128, 8, V)
     loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
 model.eval()
-src, _ = copy_batch(256, 8, 20, generator)
+src, _ = copy_batch(256, 8, VOCAB_SIZE, generator)
 accuracy = (model.generate(src) == src.flip(1)).float().mean().item()
 with torch.no_grad():
     _, weights = model(
         src[:1], decoder_inputs(src[:1].flip(1), model.bos), need_weights=True
     )
 reads = weights[0][0].argmax(-1)  # (heads, m): where each head looks hardest
-anti_diagonal = torch.arange(7, -1, -1)  # step t reads position 7 - t
+anti_diagonal = torch.arange(src.shape[1]).flip(0)  # step t reads n - 1 - t
 on_it = (reads == anti_diagonal).float().mean().item()
 print(f"token accuracy reversing: {accuracy:.2f}")
 print(f"steps whose heaviest weight is on the anti-diagonal: {on_it:.0%}")

@@ -11,8 +11,8 @@
   after the other chapters, and the Performance page, which times code, after those.
 - Torch threads: the worker and the notebooks' kernel (docs/hooks/notebooks.py, about 20 s)
   share one core, so until the Performance page the pages get one thread fewer than the
-  machine has CPUs. A thread more would spin waiting for a core they hold: the generation
-  chapter's 124M model took 23.7 s of the build with two threads on two cores, 7.9 s with one.
+  machine has CPUs: a thread more would spin waiting for a core they hold (measured in
+  docs/maintainers.md, Build time).
   The Performance page gets every CPU, as the benchmark run it compares with did.
 """
 
