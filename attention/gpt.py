@@ -47,6 +47,7 @@ from torch import Size, Tensor, nn
 from attention.cache import KVCache
 from attention.checks import check_dropout, check_flag, check_ids, check_size, check_tensor
 from attention.multihead import MultiHeadAttention, _check_documents, _run_start
+from attention.visibility import segments
 
 __all__ = [
     "GELU",
@@ -173,20 +174,21 @@ class TransformerBlock(nn.Module):
         segments: Tensor | None = None,
         run_start: Tensor | None = None,
         positions: Tensor | None = None,
-        documents: bool = False,
+        padding: bool = False,
     ) -> Tensor:
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked its inputs.
 
-        `segments` (`(b, T)`, -1 for padding), `run_start` (each row's first token, left
-        padding) and `positions` (each row's own, for RoPE) are given for a padded batch;
-        `documents`: the segments are packed documents' ids instead.
+        `segments` (`(b, T)`: each token's document, -1 for padding), `run_start` (each row's
+        first token, left padding) and `positions` (each row's own, for RoPE) are given for a
+        padded batch; `padding`: the segments are only padding (no documents), as
+        `MultiHeadAttention.attend` takes it.
         """
         shortcut = x
         x = self.att.attend(
             self.norm1(x),
             cache,
             segments,
-            padding=segments is not None and not documents,
+            padding=padding,
             run_start=run_start,
             positions=positions,
         )[0]  # (b, T, emb_dim)
@@ -388,15 +390,12 @@ class GPTModel(nn.Module):
         start = 0 if caches is None else caches[0].length
         positions = self.positions(in_idx.shape[1], start, caches, attention_mask)
         x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
-        seg = run_start = None
-        if attention_mask is not None:
-            seg = attention_mask.long() - 1  # (b, T): 0 for a token, -1 for padding
-            run_start = _run_start(seg < 0) if start == 0 else None  # left padding: (b,)
-        if document_ids is not None:
-            seg = document_ids.long()  # (b, T): each token's document
+        pad = None if attention_mask is None else attention_mask == 0  # (b, T): True = padding
+        seg = segments(pad, document_ids)  # (b, T): each token's document, -1 for padding
+        run_start = _run_start(pad) if pad is not None and start == 0 else None  # (b,)
         for i, block in enumerate(self.trf_blocks):
             x = block(x, None if caches is None else caches[i], seg, run_start, positions,
-                      document_ids is not None)  # (b, T, emb_dim)  # fmt: skip
+                      padding=pad is not None)  # (b, T, emb_dim)  # fmt: skip
         if last_only:
             x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)
