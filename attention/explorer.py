@@ -204,26 +204,13 @@ def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any],
 def _settings(model: GPTModel, settings: Settings) -> Iterator[None]:
     """Inside: every layer masks by `settings`' rule, its queries scaled by 1 / temperature
     (RoPE is linear: the scores divide by it), and the ablated heads write nothing."""
-    blocks = model.blocks
-    rules = [b.att.rule for b in blocks]
-    queries = [(q.weight.data, None if q.bias is None else q.bias.data)  # the tensors kept
-               for q in (b.att.W_query for b in blocks)]  # fmt: skip
-
-    def restore() -> None:
-        for block, rule, (kept, kept_bias) in zip(blocks, rules, queries, strict=True):
-            block.att.rule = rule
-            block.att.W_query.weight.data = kept
-            if kept_bias is not None:
-                block.att.W_query.bias.data = kept_bias
-
-    with ExitStack() as stack:
-        stack.callback(restore)  # first: whatever raises below, the model is given back
-        for block in blocks:
+    temperature = settings.temperature
+    with ExitStack() as stack:  # whatever raises below, the model is given back
+        for block in model.blocks:
+            stack.callback(setattr, block.att, "rule", block.att.rule)
             block.att.rule = settings.rule()
-            weight, bias = block.att.W_query.weight, block.att.W_query.bias
-            weight.data = weight.data / settings.temperature
-            if bias is not None:
-                bias.data = bias.data / settings.temperature
+            scale = block.att.W_query.register_forward_hook(lambda m, a, q: q / temperature)
+            stack.callback(scale.remove)
         for layer, head in settings.ablate:
             stack.enter_context(ablate_head(model, layer, head))
         yield
