@@ -8,9 +8,11 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
 - [`attention.causal`][attention.causal]: chapters 6-7, `CausalAttention`.
 - [`attention.multihead`][attention.multihead]: chapters 8-9, the wrapper and the production
   `MultiHeadAttention`: one forward (project, rotate, cache, attend, merge).
-- [`attention.visibility`][attention.visibility]: which keys a query may see (causal, window,
-  sinks, padding, documents): the one definition every mask and kernel choice derives from.
-- [`attention.fused`][attention.fused]: the least the fused kernel needs for each case.
+- [`attention.masks`][attention.masks]: which keys a query may see, as FlexAttention's
+  `mask_mod` functions (causal, window, sinks, documents, padding, yours), with the bounds
+  every kernel choice and the cache derive from; [`attention.score_mods`][attention.score_mods]:
+  functions that change a score before the softmax.
+- [`attention.fused`][attention.fused]: the planner: the least the fused kernel needs.
 - [`attention.cache`][attention.cache]: the key/value cache, linear or a ring buffer.
 - [`attention.positions`][attention.positions], [`attention.sinks`][attention.sinks]: RoPE
   and attention sinks.

@@ -6,17 +6,22 @@ change (a causal layer's keys depend only on the past), so they are kept instead
 recomputed. The cache only **stores**: [`update`][attention.cache.KVCache.update] writes a
 chunk's keys and values and returns everything the chunk may attend to, with the keys'
 positions; which of them each query sees is the layer's rule
-([`attention.visibility`][attention.visibility]), applied by the attention.
+([`attention.masks`][attention.masks]), applied by the attention.
 
 Two layouts, chosen from the layer's window:
 
 - **linear**: slot $p$ holds position $p$; `(batch, h_kv, max_tokens, head_dim)`, filled in
   place, for layers that see every earlier token;
-- **ring buffer**, for a layer with a window $w$ (and $k$ sinks): a query never sees more
-  than the last $w$ positions and the first $k$, so only $w + k$ slots are kept. Position
-  $p$ goes to slot $p$ if $p < k$, else to slot $k + (p - k) \bmod w$, overwriting a
-  position no later query can see. Its memory is the window's, however long the sequence,
-  and a decode step reads only the window.
+- **ring buffer**, for a layer whose mask has a bounded reach ([`Bounds`][attention.masks.Bounds]:
+  a window $w$ and $k$ sinks, say): a query never sees more than the last $w$ positions and
+  the first $k$, so only $w + k$ slots are kept. Position $p$ goes to slot $p$ if $p < k$,
+  else to slot $k + (p - k) \bmod w$, overwriting a position no later query can see. Its
+  memory is the window's, however long the sequence, and a decode step reads only the
+  window.
+
+Once padding (or documents) reaches it, the cache also keeps each row's own positions
+(`rows`, padding excluded), and a ring places each row's tokens by that row's positions, so
+a padded row keeps exactly what it would keep alone.
 
 Examples:
     >>> from attention import MultiHeadAttention
@@ -38,7 +43,7 @@ from torch import Tensor
 
 from attention.checks import check_size
 
-__all__ = ["KVCache"]
+__all__ = ["KVCache", "next_positions"]
 
 
 class KVCache:
@@ -46,8 +51,8 @@ class KVCache:
 
     Made by [`MultiHeadAttention.init_cache`][attention.multihead.MultiHeadAttention.init_cache]
     on the module's device and dtype, with `num_kv_heads` heads (grouped-query attention
-    shrinks it by `num_heads / num_kv_heads`) and, for a windowed layer, as a ring buffer of
-    `window + sinks` slots.
+    shrinks it by `num_heads / num_kv_heads`) and, for a layer whose mask bounds how far back
+    a query sees, as a ring buffer of `window + sinks` slots.
 
     Args:
         batch_size: sequences generated together.
@@ -55,21 +60,24 @@ class KVCache:
             buffer only).
         num_kv_heads: key/value heads.
         head_dim: width of each head.
-        window: the layer's window: keep only what its queries can see.
-        sinks: the layer's attention sinks (kept for good, with a window).
+        window: how far back the layer's queries see (its mask's reach): keep only that.
+        sinks: the first positions every query sees (its mask's anchor), kept for good.
         device: where to allocate it.
         dtype: the keys' and values' dtype.
 
     Attributes:
-        keys: `(batch_size, num_kv_heads, slots, head_dim)`.
+        keys: `(batch_size, num_kv_heads, slots, head_dim)` (one more slot, never read, in a
+            ring that has taken padding).
         values: the same shape.
         positions: `(slots,)` int64, the position each slot holds (-1: empty); None for a
             linear cache, whose slot $p$ holds position $p$.
+        rows: `(batch_size, slots)` int64, each row's own position in each slot (padding
+            excluded; -1: empty or padding), once padding or documents were given; else None.
         segments: `(batch_size, slots)` int64 segment per slot (document id, -1 for
             padding), or None while every token stored is one real segment.
-        length: how many tokens it has taken: the next token's position.
+        length: how many tokens (slots' worth) it has taken.
         pads: `(batch_size,)` int64, the padding tokens each row has taken, or None while
-            none has been given: a left-padded row's next real position is `length - pads`.
+            none has been given: a row's next position is `length - pads`.
 
     Raises:
         TypeError: a size that is not an int.
@@ -110,6 +118,8 @@ class KVCache:
         self.positions = (
             torch.full((slots,), -1, dtype=torch.long, device=device) if self.ring else None
         )
+        self._slots = slots
+        self.rows: Tensor | None = None
         self.segments: Tensor | None = None
         self.pads: Tensor | None = None
         self.length = 0
@@ -121,7 +131,7 @@ class KVCache:
     @property
     def slots(self) -> int:
         """Tokens it holds at once: `max_tokens`, or the window and sinks of a ring buffer."""
-        return self.keys.shape[2]
+        return self._slots
 
     @property
     def nbytes(self) -> int:
@@ -131,56 +141,55 @@ class KVCache:
     def reset(self) -> None:
         """Forget every token (the memory stays allocated)."""
         self.length = 0
-        self.segments = self.pads = None
+        self.segments = self.pads = self.rows = None
         self.keys, self.values = self.keys.detach(), self.values.detach()  # drop old graphs
         if self.positions is not None:
             self.positions.fill_(-1)
 
     def update(
-        self, keys: Tensor, values: Tensor, segments: Tensor | None = None
+        self,
+        keys: Tensor,
+        values: Tensor,
+        segments: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """Store a chunk's keys and values; return every key and value the chunk may need.
 
-        The chunk's tokens take positions `length ... length + T - 1`. Inner method: the
-        module checked the chunk against the cache (`MultiHeadAttention.forward`).
+        The chunk takes slots `length ... length + T - 1`. Inner method: the module checked
+        the chunk against the cache (`MultiHeadAttention.forward`).
 
         Args:
             keys: the chunk's keys (already rotated, with RoPE), `(batch, h_kv, T, head_dim)`.
             values: likewise.
             segments: the chunk's segments, `(batch, T)`, or None (one real segment).
+            positions: `(batch, T)` each row's positions of the chunk (padding excluded),
+                given with `segments`; None: the slots' own.
 
         Returns:
             `(keys, values, positions, segments)`: `(batch, h_kv, S, head_dim)` each, the
-            keys' positions `(S,)` (None when they are `0 ... S - 1` in order) and their
-            segments `(batch, S)` or None.
+            keys' positions (`(S,)`, `(batch, S)` once rows differ, or None when they are
+            `0 ... S - 1` in order) and their segments `(batch, S)` or None.
         """
+        if segments is not None or self.rows is not None:
+            return self._update_rows(keys, values, segments, positions)
         start, num_tokens = self.length, keys.shape[2]
-        if segments is not None:
-            if self.segments is None:  # the first chunk with segments
-                self.segments = torch.zeros(self.keys.shape[0], self.slots, dtype=torch.long,
-                                            device=self.keys.device)  # fmt: skip
-            pads = (segments < 0).sum(dim=1)  # (b,)
-            self.pads = pads if self.pads is None else self.pads + pads
         if not self.ring:
             end = start + num_tokens
-            self._write(slice(start, end), keys, values, segments)
+            self._write(slice(start, end), keys, values)
             self.length = end
-            seg = None if self.segments is None else self.segments[:, :end]
-            return self.keys[:, :, :end], self.values[:, :, :end], None, seg
+            return self.keys[:, :, :end], self.values[:, :, :end], None, None
         if num_tokens == 1:  # decode: write first, then the ring holds exactly the window
             slot = self._slot(start)
-            self._write(slice(slot, slot + 1), keys, values, segments)
+            self._write(slice(slot, slot + 1), keys, values)
             assert self.positions is not None
             self.positions[slot] = start
             used = min(start + 1, self.slots)
             self.length = start + 1
-            seg = None if self.segments is None else self.segments[:, :used]
-            return (self.keys[:, :, :used], self.values[:, :, :used], self.positions[:used],
-                    seg)  # fmt: skip
-        return self._update_chunk(keys, values, segments)
+            return self.keys[:, :, :used], self.values[:, :, :used], self.positions[:used], None
+        return self._update_chunk(keys, values)
 
     def _update_chunk(
-        self, keys: Tensor, values: Tensor, segments: Tensor | None
+        self, keys: Tensor, values: Tensor
     ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         """A ring buffer's chunk: the stored window and the chunk together, then keep the rest."""
         assert self.positions is not None and self.window is not None
@@ -188,32 +197,109 @@ class KVCache:
         end, used = start + num_tokens, min(start, self.slots)
         device = keys.device
         if start == 0:
-            out: tuple[Tensor, Tensor, Tensor | None, Tensor | None] = (
-                keys, values, None, segments)  # fmt: skip
+            out: tuple[Tensor, Tensor, Tensor | None, Tensor | None] = (keys, values, None, None)
         else:
-            seg = None
-            if self.segments is not None:
-                new = segments if segments is not None else self.segments.new_zeros(
-                    keys.shape[0], num_tokens)  # fmt: skip
-                seg = torch.cat((self.segments[:, :used], new), dim=1)
             out = (
                 torch.cat((self.keys[:, :, :used], keys), dim=2),  # (b, h_kv, S + T, d_h)
                 torch.cat((self.values[:, :, :used], values), dim=2),
                 torch.cat((self.positions[:used], torch.arange(start, end, device=device))),
-                seg,
+                None,
             )
         # keep what a later query can see: the sinks and the last `window` positions
         sinks = range(start, min(end, self.sinks))
         recent = range(max(start, end - self.window, self.sinks), end)
         keep = torch.tensor([*sinks, *recent], dtype=torch.long, device=device)
         local = keep - start
-        slots = torch.where(keep < self.sinks, keep,
-                            self.sinks + (keep - self.sinks) % self.window)  # fmt: skip
-        self._write(slots, keys.index_select(2, local), values.index_select(2, local),
-                    None if segments is None else segments.index_select(1, local))  # fmt: skip
+        slots = self._slots_of(keep)
+        self._write(slots, keys.index_select(2, local), values.index_select(2, local))
         self.positions[slots] = keep
         self.length = end
         return out
+
+    def _update_rows(
+        self,
+        keys: Tensor,
+        values: Tensor,
+        segments: Tensor | None,
+        positions: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Rows that differ (padding, documents): each row's positions kept beside its keys."""
+        b, _, num_tokens, _ = keys.shape
+        start, device = self.length, keys.device
+        if self.rows is None:  # the first chunk with padding or documents
+            self._start_rows()
+        assert self.rows is not None and self.segments is not None
+        seg = segments if segments is not None else self.segments.new_zeros(b, num_tokens)
+        if positions is None:  # every row's next tokens, after what each has taken
+            pads = 0 if self.pads is None else self.pads[:, None]
+            positions = start - pads + torch.arange(num_tokens, device=device)
+        pos = positions.masked_fill(seg < 0, -1)  # (b, T): -1 for padding
+        pads_now = (seg < 0).sum(dim=1)
+        self.pads = pads_now if self.pads is None else self.pads + pads_now
+        self.length = start + num_tokens
+        if not self.ring:
+            where = slice(start, start + num_tokens)
+            self._write(where, keys, values)
+            self.rows[:, where], self.segments[:, where] = pos, seg
+            end = start + num_tokens
+            return (self.keys[:, :, :end], self.values[:, :, :end], self.rows[:, :end],
+                    self.segments[:, :end])  # fmt: skip
+        assert self.window is not None
+        span = self.slots
+        if num_tokens > 1:  # what the chunk's queries may need: the stored window, then it
+            out = (torch.cat((self.keys[:, :, :span], keys), dim=2),
+                   torch.cat((self.values[:, :, :span], values), dim=2),
+                   torch.cat((self.rows[:, :span], pos), dim=1),
+                   torch.cat((self.segments[:, :span], seg), dim=1))  # fmt: skip
+        # each row keeps its sinks and its last `window` positions, at its own slots
+        last = pos.amax(dim=1, keepdim=True)  # (b, 1): each row's newest position
+        keep = (pos >= 0) & ((pos < self.sinks) | (pos > last - self.window))
+        index = torch.where(keep, self._slots_of(pos.clamp(min=0)), span)  # span: the spare
+        self._scatter(index, keys, values, pos, seg)
+        if num_tokens > 1:
+            return out
+        return (self.keys[:, :, :span], self.values[:, :, :span], self.rows[:, :span],
+                self.segments[:, :span])  # fmt: skip
+
+    def _start_rows(self) -> None:
+        """Per-row positions and segments for what is stored so far (all real, segment 0)."""
+        b, device = self.batch_size, self.keys.device
+        if self.positions is not None:
+            shared = self.positions
+        else:
+            slot = torch.arange(self.slots, device=device)
+            shared = torch.where(slot < self.length, slot, -1)
+        spare = 1 if self.ring else 0  # a ring's spare slot takes what a row does not keep
+        self.rows = torch.cat((shared, shared.new_full((spare,), -1))).expand(b, -1).clone()
+        self.segments = torch.zeros(b, self.slots + spare, dtype=torch.long, device=device)
+        if spare:
+            grow = self.keys.new_zeros(*self.keys.shape[:2], 1, self.keys.shape[3])
+            self.keys = torch.cat((self.keys, grow), dim=2)
+            self.values = torch.cat((self.values, grow.clone()), dim=2)
+
+    def _scatter(
+        self, index: Tensor, keys: Tensor, values: Tensor, pos: Tensor, seg: Tensor
+    ) -> None:
+        """Write token `t` of row `r` to slot `index[r, t]` (then empty the spare slot)."""
+        wide = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        grad = torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad
+                                            or self.keys.requires_grad)  # fmt: skip
+        if grad:
+            self.keys = self.keys.scatter(2, wide, keys)
+            self.values = self.values.scatter(2, wide, values)
+        else:
+            self.keys.scatter_(2, wide, keys)
+            self.values.scatter_(2, wide, values)
+        assert self.rows is not None and self.segments is not None
+        self.rows.scatter_(1, index, pos)
+        self.segments.scatter_(1, index, seg)
+        self.rows[:, self.slots] = -1  # the spare slot holds nothing a query sees
+
+    def _slots_of(self, position: Tensor) -> Tensor:
+        """A ring's slot for each position: `p` for a sink, else `k + (p - k) mod w`."""
+        assert self.window is not None
+        return torch.where(position < self.sinks, position,
+                           self.sinks + (position - self.sinks) % self.window)  # fmt: skip
 
     def _slot(self, position: int) -> int:
         assert self.window is not None
@@ -221,9 +307,7 @@ class KVCache:
             return position
         return self.sinks + (position - self.sinks) % self.window
 
-    def _write(
-        self, index: slice | Tensor, keys: Tensor, values: Tensor, segments: Tensor | None
-    ) -> None:
+    def _write(self, index: slice | Tensor, keys: Tensor, values: Tensor) -> None:
         """Write in place; out of place while autograd tracks the chunk, so a backward
         through several chunks finds each earlier chunk's keys unchanged (as a list of
         tensors, Hugging Face's dynamic cache, would)."""
@@ -234,16 +318,12 @@ class KVCache:
         else:  # in place: one indexing call each (a decode step's only writes)
             self.keys[:, :, index] = keys
             self.values[:, :, index] = values
-        if self.segments is not None:
-            new = segments if segments is not None else torch.zeros(
-                keys.shape[0], keys.shape[2], dtype=torch.long, device=keys.device)  # fmt: skip
-            self.segments = _store(self.segments, index, new, dim=1, in_place=True)
 
     def __repr__(self) -> str:
-        b, h_kv, slots, d_h = self.keys.shape
+        b, h_kv, _, d_h = self.keys.shape
         ring = f", window={self.window}, sinks={self.sinks}" if self.ring else ""
         return (
-            f"KVCache(batch_size={b}, length={self.length}, slots={slots}, "
+            f"KVCache(batch_size={b}, length={self.length}, slots={self.slots}, "
             f"num_kv_heads={h_kv}, head_dim={d_h}{ring})"
         )
 
@@ -257,3 +337,25 @@ def _store(old: Tensor, index: slice | Tensor, new: Tensor, dim: int, in_place: 
     if in_place:
         return old.index_copy_(dim, index, new)
     return old.index_copy(dim, index, new)
+
+
+def next_positions(
+    num_tokens: int, start: int, pads: Tensor | None, padding: Tensor | None
+) -> Tensor | None:
+    """Each row's positions `(batch, num_tokens)`, padding excluded; None while they are the slots.
+
+    A row's tokens count from its first real one: the padding a cache has taken (`pads`) and
+    the chunk's (`padding`, True = padding) are skipped; a padded token gets the position
+    before the next real one (-1 before any).
+
+    Examples:
+        >>> next_positions(4, 0, None, torch.tensor([[True, False, True, False]]))
+        tensor([[-1,  0,  0,  1]])
+    """
+    if padding is None and pads is None:
+        return None
+    first = start if pads is None else (start - pads)[:, None]  # each row's next position
+    if padding is None:
+        assert pads is not None
+        return first + torch.arange(num_tokens, device=pads.device)  # (b, T)
+    return first + (~padding).long().cumsum(dim=1) - 1  # (b, T)

@@ -34,8 +34,9 @@ import torch
 from torch import Tensor
 
 from attention.checks import check_flag, check_size, check_tensor
+from attention.masks import causal, chunk_mask
+from attention.masks import window as window_mask
 from attention.sinks import softmax_with_sink
-from attention.visibility import Visibility, chunk_mask
 
 __all__ = [
     "attention_scores",
@@ -157,7 +158,7 @@ def causal_mask(
                 [False, False,  True],
                 [ True, False, False]])
     """
-    rule = Visibility(causal=True, window=window)  # attention.visibility: the one definition
+    rule = causal() if window is None else window_mask(window)  # attention.masks
     return chunk_mask(0, num_tokens, rule, device)  # True = hidden: j > i, j <= i - w
 
 
@@ -168,6 +169,7 @@ def explicit_attention(
     mask: Tensor | None = None,
     dropout: Callable[[Tensor], Tensor] | None = None,
     sink_logits: Tensor | None = None,
+    score_mod: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Scaled dot-product attention written out step by step; returns the weights too.
 
@@ -197,6 +199,9 @@ def explicit_attention(
             `(..., num_queries, 1)`: one more term $e^{z}$ in each softmax, for a key that is
             always visible and has a zero value ([`attention.sinks`][attention.sinks]); the
             rows then sum to less than 1.
+        score_mod: optional function of the scaled scores $Q K^\top / \sqrt{d_k}$ that
+            returns the scores the softmax takes (before the mask): a layer's score
+            modifiers ([`attention.score_mods`][attention.score_mods]), bound to positions.
 
     Returns:
         `(context_vec, attn_weights)` of shapes `(..., num_queries, d_v)` and
@@ -220,6 +225,8 @@ def explicit_attention(
     # fused kernels accumulate): a float16 score overflows past 65,504
     work = _softmax_dtype(queries.dtype)
     attn_scores = attention_scores((queries / math.sqrt(d_k)).to(work), keys.to(work))
+    if score_mod is not None:  # f(omega / sqrt(d_k)): ALiBi, a soft cap, ...
+        attn_scores = score_mod(attn_scores)
     fully_masked = None
     if mask is not None:
         # A row with nothing to attend to would be softmax(-inf, ..., -inf) = NaN: let it

@@ -291,7 +291,7 @@ def causal_mask(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
     Args:
         mask: bool `(num_queries, num_keys)`, True = hidden, as
             [`attention.core.causal_mask`][attention.core.causal_mask] or
-            [`chunk_mask`][attention.visibility.chunk_mask] return it; at most 16 keys.
+            [`chunk_mask`][attention.masks.chunk_mask] return it; at most 16 keys.
         tokens: one label per key; the queries are the last `num_queries` of them (a chunk's
             queries are the newest tokens). Default: the positions `0, 1, ...`.
 

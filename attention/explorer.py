@@ -58,7 +58,7 @@ from torch import Tensor
 from attention.checks import check_ids, check_size
 from attention.gpt import GPTModel
 from attention.heads import ablate_head, model_weights
-from attention.visibility import Visibility
+from attention.masks import Mask, from_flags
 
 __all__ = [
     "EXACT",
@@ -127,10 +127,10 @@ class Settings:
             raise ValueError(f"temperature must be a finite number > 0, got {t!r}")
         object.__setattr__(self, "ablate", _pairs(self.ablate))  # a list becomes a tuple
 
-    def rule(self) -> Visibility:
+    def rule(self) -> Mask:
         """The layers' visibility rule under this mask (documents: causal, plus the ids)."""
         window = self.window if self.mask in ("window", "sinks") else None
-        return Visibility(causal=True, window=window, sinks=self.sinks * (self.mask == "sinks"))
+        return from_flags(True, window, self.sinks * (self.mask == "sinks"))
 
     def document_ids(self, num_tokens: int) -> Tensor | None:
         """`(1, num_tokens)`: 0 before `split`, 1 from it; None unless the mask is documents."""

@@ -44,10 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Size, Tensor, nn
 
-from attention.cache import KVCache
+from attention.cache import KVCache, next_positions
 from attention.checks import check_dropout, check_flag, check_ids, check_size, check_tensor
-from attention.multihead import MultiHeadAttention, _check_documents, _run_start
-from attention.visibility import segments
+from attention.multihead import MultiHeadAttention, _check_documents
 
 __all__ = [
     "GELU",
@@ -171,26 +170,20 @@ class TransformerBlock(nn.Module):
         self,
         x: Tensor,
         cache: KVCache | None = None,
-        segments: Tensor | None = None,
-        run_start: Tensor | None = None,
+        *,
+        padded: Tensor | None = None,
+        documents: Tensor | None = None,
         positions: Tensor | None = None,
-        padding: bool = False,
     ) -> Tensor:
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked its inputs.
 
-        `segments` (`(b, T)`: each token's document, -1 for padding), `run_start` (each row's
-        first token, left padding) and `positions` (each row's own, for RoPE) are given for a
-        padded batch; `padding`: the segments are only padding (no documents), as
-        `MultiHeadAttention.attend` takes it.
+        `padded` (`(b, T)`, True = padding), `documents` (each token's document) and
+        `positions` (each row's own, padding excluded) are given for a padded or packed
+        batch, as `MultiHeadAttention.attend` takes them.
         """
         shortcut = x
         x = self.att.attend(
-            self.norm1(x),
-            cache,
-            segments,
-            padding=padding,
-            run_start=run_start,
-            positions=positions,
+            self.norm1(x), cache, padded=padded, documents=documents, positions=positions
         )[0]  # (b, T, emb_dim)
         if self.training:  # dropout is the identity in eval: a decode step skips the call
             x = self.drop_shortcut(x)
@@ -285,8 +278,6 @@ class GPTModel(nn.Module):
                              f"batch of {in_idx.shape[0]}")  # fmt: skip
         if attention_mask is not None:
             attention_mask = check_attention_mask(attention_mask, in_idx.shape, in_idx.device)
-            if not bool(attention_mask.all()):
-                self.check_padding_allowed(attention_mask, caches)
         if document_ids is not None:
             if caches is not None or attention_mask is not None:
                 raise ValueError("document_ids: give them without caches and attention_mask")
@@ -294,31 +285,6 @@ class GPTModel(nn.Module):
             _check_documents(document_ids, batch, num_tokens, in_idx.device)
         return self.logits(in_idx, caches, attention_mask=attention_mask,
                            document_ids=document_ids)  # fmt: skip
-
-    def check_padding_allowed(
-        self, attention_mask: Tensor, caches: list[KVCache] | None = None
-    ) -> None:
-        """Raise unless this padding changes nothing: what a window or sinks count is slots.
-
-        Attention sinks are the first slots of each row, which padding would fill. A window
-        counts the slots between a query and a key, padding included, so padding may only
-        come before each row's tokens (left padding), in the first chunk.
-        """
-        blocks = self.blocks
-        if any(block.att.sinks for block in blocks):
-            raise ValueError(
-                "attention_mask with padding: this model keeps attention sinks (cfg 'sinks'), "
-                "the first tokens of each row's slots, which padding would fill; run prompts "
-                "of different lengths one at a time"
-            )
-        first = caches is None or caches[0].length == 0
-        left = bool((attention_mask[:, 1:] >= attention_mask[:, :-1]).all())
-        if any(block.att.window is not None for block in blocks) and not (first and left):
-            raise ValueError(
-                "attention_mask: this model's window (cfg 'window') counts the slots between "
-                "tokens, padding included, so padding may only come first in each row (left "
-                "padding), in the first chunk given to the caches"
-            )
 
     def _check_caches(self, caches: list[KVCache] | None, num_tokens: int) -> None:
         if caches is None:
@@ -388,14 +354,14 @@ class GPTModel(nn.Module):
             document_ids: `(batch, num_tokens)` packed documents' ids, or None.
         """
         start = 0 if caches is None else caches[0].length
-        positions = self.positions(in_idx.shape[1], start, caches, attention_mask)
-        x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
         pad = None if attention_mask is None else attention_mask == 0  # (b, T): True = padding
-        seg = segments(pad, document_ids)  # (b, T): each token's document, -1 for padding
-        run_start = _run_start(pad) if pad is not None and start == 0 else None  # (b,)
+        positions = self.positions(in_idx.shape[1], start, caches, pad)  # (b, T) | None
+        x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
+        if pad is not None:  # a padded token is never read: its input is zero
+            x = x.masked_fill(pad[..., None], 0.0)
         for i, block in enumerate(self.trf_blocks):
-            x = block(x, None if caches is None else caches[i], seg, run_start, positions,
-                      padding=pad is not None)  # (b, T, emb_dim)  # fmt: skip
+            x = block(x, None if caches is None else caches[i], padded=pad,
+                      documents=document_ids, positions=positions)  # (b, T, emb_dim)  # fmt: skip
         if last_only:
             x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)
@@ -406,23 +372,17 @@ class GPTModel(nn.Module):
         num_tokens: int,
         start: int,
         caches: list[KVCache] | None,
-        attention_mask: Tensor | None,
+        padded: Tensor | None,
     ) -> Tensor | None:
         """Each row's positions `(batch, num_tokens)` where padding sets them apart; else None.
 
-        A row's tokens count from its first real one: the caches' padding (`pads`) and the
-        chunk's (`attention_mask`) are skipped; a padded token gets the position before
-        the next real one. None when no padding was ever given: then the positions are the
-        slots `start ...`, for every row.
+        Computed once per call, for every block
+        ([`next_positions`][attention.cache.next_positions]): the caches' padding (`pads`) and
+        the chunk's (`padded`, True = padding) are skipped. None when no padding was ever
+        given: then the positions are the slots `start ...`.
         """
         pads = None if caches is None else caches[0].pads  # (b,) padding already taken
-        if attention_mask is None and pads is None:
-            return None
-        first = start if pads is None else (start - pads)[:, None]  # each row's next position
-        if attention_mask is None:
-            assert pads is not None
-            return first + torch.arange(num_tokens, device=pads.device)  # (b, T)
-        return first + attention_mask.long().cumsum(dim=1) - 1  # (b, T)
+        return next_positions(num_tokens, start, pads, padded)
 
     def init_caches(self, batch_size: int, max_tokens: int | None = None) -> list[KVCache]:
         """One empty key/value cache per block, for `batch_size` sequences of `max_tokens`.

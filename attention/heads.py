@@ -57,7 +57,6 @@ from attention.core import causal_mask
 from attention.gpt import GPTModel, TransformerBlock
 from attention.text import gpt2_encoding, sample_text
 from attention.training import torch_threads
-from attention.visibility import same_segment
 
 __all__ = [
     "InductionRun",
@@ -137,7 +136,8 @@ def model_weights(model: GPTModel, idx: Tensor, document_ids: Tensor | None = No
     masks = [block.att.mask(idx.shape[1], idx.device) for block in _blocks(model)]
     mask = torch.stack(masks)[:, None, None]  # (L, 1, 1, T, T)
     if document_ids is not None:  # (b, T): hide other documents' keys
-        mask = mask | ~same_segment(document_ids, document_ids)[None]  # (L, b, 1, T, T)
+        same = document_ids[:, :, None] == document_ids[:, None, :]  # (b, T, T)
+        mask = mask | ~same[None, :, None]  # (L, b, 1, T, T)
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
 
 

@@ -20,12 +20,13 @@ into heads with a `view` and a `transpose`, and runs all heads in one batched ke
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Literal, overload
 
 import torch
 from torch import Tensor, nn
 
-from attention.cache import KVCache
+from attention.cache import KVCache, next_positions
 from attention.causal import CausalAttention
 from attention.checks import (
     check_dropout,
@@ -36,9 +37,10 @@ from attention.checks import (
     check_tensor,
 )
 from attention.core import causal_mask, explicit_attention
-from attention.fused import cross_attention, fused_attention
+from attention.fused import cross_attention, fused_attention, visible
+from attention.masks import Mask, as_mask, chunk_mask, evaluate, from_flags, segments
 from attention.positions import RotaryTable, rope_frequencies
-from attention.visibility import Visibility, chunk_mask, segments, visible
+from attention.score_mods import ScoreMod, as_score_mods
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
 
@@ -125,9 +127,11 @@ class MultiHeadAttention(nn.Module):
     \text{out} = [Z^{(0)}; \dots; Z^{(h-1)}]\, W_o + b_o,
     $$
 
-    with $M_{ij} = 0$ where query $i$ may see key $j$ and $-\infty$ elsewhere: the rule of
-    [`attention.visibility`][attention.visibility] (the future if `causal`, beyond the
-    `window` except the first `sinks` tokens, padding, other documents). Query head $i$ reads
+    with $M_{ij} = 0$ where query $i$ may see key $j$ and $-\infty$ elsewhere: the layer's
+    `mask` ([`attention.masks`][attention.masks]: the future if `causal`, beyond the `window`
+    except the first `sinks` tokens, or any `mask_mod`), then padding and other documents.
+    With `score_mods` ([`attention.score_mods`][attention.score_mods]), each scaled score
+    passes through them, in order, before $M$ is added. Query head $i$ reads
     key/value head $g(i)$: with `num_kv_heads` $h_{kv} < h$ heads share keys and values
     (grouped-query attention; $h_{kv} = 1$ is multi-query attention). With `rope`, each
     head's queries and keys are rotated by their positions first
@@ -154,9 +158,9 @@ class MultiHeadAttention(nn.Module):
     right padding reads the mask, one graph break); `torch.export` works with a dynamic token
     count, with or without a padding mask. A NaN or infinity in a *real* token's input reaches
     every output that attends to it, and, as in PyTorch's kernels, also the earlier ones
-    ($0 \cdot \text{NaN}$); in a padded position it changes nothing. RoPE positions and window
-    distances count token slots, padded or not: left and right padding change no real
-    output, but padding *between* real tokens moves them apart.
+    ($0 \cdot \text{NaN}$); in a padded position it changes nothing. Positions (for RoPE,
+    the mask, the score modifiers) count each row's real tokens: padding anywhere in a row,
+    left, right or between tokens, changes none of its real outputs.
 
     Args:
         d_in: width of each input embedding.
@@ -166,16 +170,23 @@ class MultiHeadAttention(nn.Module):
         num_heads: number of query heads $h$.
         qkv_bias: whether the query/key/value projections have a bias (`out_proj` always has).
         causal: mask future tokens (decoder style); `False` for encoder-style attention.
+            Default True; with `mask`, True means `causal() & mask`.
         num_kv_heads: key/value heads $h_{kv}$, dividing `num_heads`; default `num_heads`.
         window: with `causal`, the tokens each query sees, itself included; default all.
+            Shorthand for `mask=causal() & window(w)`.
         rope: rotate queries and keys by their positions (rotate-half RoPE).
         rope_base: RoPE's base, a finite number above 1.
         sinks: with a `window`, the first `sinks` tokens stay visible to every query
-            (StreamingLLM's attention sinks).
+            (StreamingLLM's attention sinks): `mask=causal() & (window(w) | sinks(k))`.
         sink_logit: learn one logit per head for a sink that absorbs weight (gpt-oss).
         kdim: width of the sequence keys are projected from; default `d_in`. With `vdim`,
             for cross-attention (`torch.nn.MultiheadAttention`'s names): then `causal=False`.
         vdim: width of the sequence values are projected from; default `d_in`.
+        mask: which keys a query sees: a [`Mask`][attention.masks.Mask] or a `mask_mod`
+            function `fn(b, h, q_idx, kv_idx) -> bool` (FlexAttention's), instead of
+            `window` and `sinks`.
+        score_mods: [`ScoreMod`][attention.score_mods.ScoreMod]s or `score_mod` functions
+            `fn(score, b, h, q_idx, kv_idx) -> score`, applied in order to the scaled scores.
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
@@ -185,15 +196,17 @@ class MultiHeadAttention(nn.Module):
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
         sink_logits: `(num_heads,)` parameter with `sink_logit`, created last; else None.
-        rule: the [`Visibility`][attention.visibility.Visibility] of `causal`, `window`,
-            `sinks`.
+        rule: the [`Mask`][attention.masks.Mask]: `mask`, or the one `causal`, `window`
+            and `sinks` name.
+        score_mods: the tuple of [`ScoreMod`][attention.score_mods.ScoreMod]s.
         head_dim: $d_h$ = `d_out // num_heads`.
 
     Raises:
         TypeError: a size is not an int, a switch not a bool, or `dropout` not a number.
         ValueError: a size below 1, `dropout` outside $[0, 1)$, `d_out` not divisible by
             `num_heads`, `num_heads` not by `num_kv_heads`, a window without `causal`, sinks
-            without a window, or `rope` with an odd `head_dim`.
+            without a window, `mask` with `window` or `sinks`, or `rope` with an odd
+            `head_dim`.
 
     Examples:
         >>> from attention.simple import example_inputs
@@ -232,7 +245,7 @@ class MultiHeadAttention(nn.Module):
         num_heads: int,
         qkv_bias: bool = False,
         *,
-        causal: bool = True,
+        causal: bool | None = None,
         num_kv_heads: int | None = None,
         window: int | None = None,
         rope: bool = False,
@@ -241,12 +254,18 @@ class MultiHeadAttention(nn.Module):
         sink_logit: bool = False,
         kdim: int | None = None,
         vdim: int | None = None,
+        mask: Mask | Callable[..., Tensor] | None = None,
+        score_mods: Sequence[ScoreMod | Callable[..., Tensor]] = (),
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         _check_sizes(d_in, d_out, context_length, num_heads, num_kv_heads)
         self.kdim = d_in if kdim is None else check_size("kdim", kdim)
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
+        self.rule = _rule(causal, window, sinks, mask)
+        self.score_mods = as_score_mods(score_mods)
+        _probe(self.rule, self.score_mods, num_heads)
+        causal = self.rule.bounds.causal
         if (self.kdim, self.vdim) != (d_in, d_in) and (causal or rope or sink_logit):
             raise ValueError(
                 f"kdim={self.kdim}, vdim={self.vdim} (other than d_in={d_in}) are for "
@@ -260,7 +279,6 @@ class MultiHeadAttention(nn.Module):
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = d_out // num_heads
-        self.rule = Visibility(causal=check_flag("causal", causal), window=window, sinks=sinks)
         self.rope = check_flag("rope", rope)
         rope_frequencies(2, rope_base)  # checks rope_base, used or not
         if rope and self.head_dim % 2:
@@ -284,15 +302,18 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def causal(self) -> bool:
-        return self.rule.causal
+        """Whether the mask certainly hides the future (its bounds)."""
+        return self.rule.bounds.causal
 
     @property
     def window(self) -> int | None:
-        return self.rule.window
+        """How far back a query sees at most (the mask's reach), or None: unbounded."""
+        return self.rule.bounds.reach
 
     @property
     def sinks(self) -> int:
-        return self.rule.sinks
+        """The first positions every query may see beyond the reach (the mask's anchor)."""
+        return self.rule.bounds.anchor
 
     @overload
     def forward(
@@ -383,7 +404,8 @@ class MultiHeadAttention(nn.Module):
         """  # noqa: E501
         check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
         check_flag("need_weights", need_weights)
-        if key is not None or value is not None or (cache is not None and not self.causal):
+        cross_cache = cache is not None and self.rule.bounds.everything
+        if key is not None or value is not None or cross_cache:
             if document_ids is not None:
                 raise ValueError("document_ids pack one sequence's documents: not for "
                                  "cross-attention (key given)")  # fmt: skip
@@ -405,26 +427,21 @@ class MultiHeadAttention(nn.Module):
             _check_documents(document_ids, b, num_tokens, x.device)
         if cache is not None:
             self.check_cache(cache, b, num_tokens)
-        seg = segments(key_padding_mask, document_ids)  # (b, T) or None
-        padding = document_ids is None and key_padding_mask is not None
-        start = _run_start(key_padding_mask) if padding and cache is None else None  # type: ignore[arg-type]
-        right = start is not None and not bool(start.any())  # each row's real tokens first
-        out, attn_weights = self.attend(x, cache, seg, padding=padding, right_padded=right,
-                                        run_start=None if right else start,
-                                        need_weights=need_weights)  # fmt: skip
+        start, pads = (0, None) if cache is None else (cache.length, cache.pads)
+        positions = next_positions(num_tokens, start, pads, key_padding_mask)  # (b, T) | None
+        out, attn_weights = self.attend(x, cache, padded=key_padding_mask, documents=document_ids,
+                                        positions=positions, need_weights=need_weights)  # fmt: skip
         return out if attn_weights is None else (out, attn_weights)
 
     def attend(
         self,
         x: Tensor,
         cache: KVCache | None = None,
-        segments: Tensor | None = None,
         *,
-        padding: bool = False,
-        right_padded: bool = False,
-        run_start: Tensor | None = None,
-        need_weights: bool = False,
+        padded: Tensor | None = None,
+        documents: Tensor | None = None,
         positions: Tensor | None = None,
+        need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """The forward's computation, without its checks: for callers that made them.
 
@@ -434,50 +451,61 @@ class MultiHeadAttention(nn.Module):
         Args:
             x: `(batch, num_tokens, d_in)`, padded positions zeroed.
             cache: the layer's cache, or None.
-            segments: `(batch, num_tokens)` segment ids
-                ([`segments`][attention.visibility.segments]), or None.
-            padding: the segments are only padding (no documents).
-            right_padded: and that padding comes after each row's real tokens.
-            run_start: or, `(batch,)`: each row's real tokens are one run from there.
+            padded: `(batch, num_tokens)` bool, True = padding, or None.
+            documents: `(batch, num_tokens)` document ids, or None.
+            positions: `(batch, num_tokens)` each row's own positions, padding excluded
+                ([`next_positions`][attention.cache.next_positions]); None while they are the
+                slots `start ...` for every row.
             need_weights: also return the weights (explicit path).
-            positions: `(batch, num_tokens)` the positions RoPE rotates by, each row's own
-                (a left-padded row's count from its first real token); None for the slots
-                `start ...`. What a query sees is decided by the slots either way.
 
         Returns:
             `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
             `(batch, num_heads, num_tokens, num_keys)` with `need_weights`, else None.
         """
         b, num_tokens, _ = x.shape
-        start = 0 if cache is None else cache.length  # the chunk's first position
+        start = 0 if cache is None else cache.length  # the chunk's first slot
         queries, keys, values = self.project(x, start, positions)  # (b, h | h_kv, T, d_h)
-        key_positions, key_seg = None, segments
-        if cache is not None and segments is None and cache.segments is not None:
-            # the cache holds padding or documents: this chunk is real tokens of segment 0,
-            # as the cache stores it, so its queries must not see padded or other keys
-            segments = cache.segments.new_zeros(b, num_tokens)
-        if cache is not None:  # every key the chunk may need: (b, h_kv, S, d_h), (S,), (b, S)
-            keys, values, key_positions, key_seg = cache.update(keys, values, segments)
+        seg = segments(padded, documents)  # (b, T): document, -1 for padding; or None
+        k_pos: Tensor | None = None
+        k_seg: Tensor | None = seg
+        if cache is not None:  # every key the chunk may need: (b, h_kv, S, d_h), positions
+            keys, values, k_pos, k_seg = cache.update(keys, values, seg, positions)
             if keys.dtype != queries.dtype:  # autocast: the cache keeps the module's dtype
                 keys, values = keys.to(queries.dtype), values.to(queries.dtype)
-        attn_weights = None
-        if need_weights:
-            k_pos = torch.arange(keys.shape[2], device=x.device) if key_positions is None \
-                else key_positions  # fmt: skip
-            q_pos = torch.arange(start, start + num_tokens, device=x.device)
-            hidden = ~visible(self.rule, q_pos, k_pos, segments, key_seg)  # True = masked
-            context_vec, attn_weights = self._explicit(queries, keys, values, hidden)
+            if k_seg is not None and seg is None:  # real tokens after padded ones
+                seg = k_seg.new_zeros(b, num_tokens)
+        dropout_p = self.dropout.p if self.training else 0.0
+        if need_weights or self._explicit_only:
+            q_pos = _positions(start, num_tokens, positions, x.device)
+            if k_pos is None:  # no cache: the keys are the queries' own tokens
+                k_pos = q_pos if cache is None else torch.arange(keys.shape[2], device=x.device)
+            hidden = ~visible(self.rule, q_pos, k_pos, seg, k_seg, num_heads=self.num_heads,
+                              batch=b)  # fmt: skip
+            context_vec, weights = self._explicit(queries, keys, values, hidden, q_pos, k_pos)
+            attn_weights = weights if need_weights else None
+        elif cache is None:
+            context_vec, attn_weights = fused_attention(
+                queries, keys, values, self.rule, padded=padded,
+                q_seg=None if documents is None else documents.long(),
+                k_seg=None if documents is None else documents.long(), dropout_p=dropout_p,
+                sink_logits=self.sink_logits, score_mods=self.score_mods,
+            ), None  # fmt: skip
         else:
-            context_vec = fused_attention(
-                queries, keys, values, self.rule, start=start, key_positions=key_positions,
-                q_seg=segments, k_seg=key_seg, padding=padding, right_padded=right_padded,
-                run_start=run_start,
-                dropout_p=self.dropout.p if self.training else 0.0, sink_logits=self.sink_logits,
-            )  # fmt: skip
+            context_vec, attn_weights = fused_attention(
+                queries, keys, values, self.rule, start=start,
+                q_pos=positions if k_pos is not None and k_pos.ndim == 2 else None,
+                k_pos=k_pos, q_seg=seg, k_seg=k_seg, dropout_p=dropout_p,
+                sink_logits=self.sink_logits, score_mods=self.score_mods,
+            ), None  # fmt: skip
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         return out, attn_weights
+
+    @property
+    def _explicit_only(self) -> bool:
+        """A score modifier without an additive form: no fused kernel can take it."""
+        return any(mod.bias is None for mod in self.score_mods)
 
     def cross_attend(
         self,
@@ -699,17 +727,18 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ValueError: `max_tokens` (without a window, causal) exceeds `context_length`.
         """
-        if max_tokens is None and self.window is None:
+        window = self.window or None  # the mask's reach (a reach of 0: nothing to ring)
+        if max_tokens is None and window is None:
             max_tokens = self.context_length
         if max_tokens is not None:
             check_size("max_tokens", max_tokens)
-            if self.causal and self.window is None and max_tokens > self.context_length:
+            if self.causal and window is None and max_tokens > self.context_length:
                 raise ValueError(
                     f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
                 )
         weight = self.W_key.weight
         return KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
-                       window=self.window, sinks=self.sinks, device=weight.device,
+                       window=window, sinks=self.sinks if window else 0, device=weight.device,
                        dtype=weight.dtype)  # fmt: skip
 
     def check_cache(self, cache: object, batch_size: int, num_tokens: int) -> None:
@@ -730,8 +759,11 @@ class MultiHeadAttention(nn.Module):
                 f"cache must be a KVCache (from init_cache), got {type(cache).__name__}"
             )
         if not self.causal:
-            raise ValueError("cache needs a causal module (causal=False): a later token would "
-                             "change what the cached ones attended to")  # fmt: skip
+            raise ValueError(
+                f"cache needs a mask that hides the future; this module's mask {self.rule!r} "
+                "does not certainly (causal=False, or a mask_mod without bounds: pass "
+                "causal=True with it, or use causal() & mask): a later token would change "
+                "what the cached ones attended to")  # fmt: skip
         weight, keys = self.W_key.weight, cache.keys
         made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
         if made != (self.num_kv_heads, self.head_dim, weight.dtype, weight.device):
@@ -755,15 +787,28 @@ class MultiHeadAttention(nn.Module):
             )
 
     def _explicit(
-        self, queries: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None
+        self,
+        queries: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor | None,
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """The explicit path: each query head reads its key/value head, repeated per group."""
+        """The explicit path: each query head reads its key/value head, repeated per group.
+
+        `q_pos` `(T,)` or `(b, T)` and `k_pos` `(S,)` or `(b, S)` are the positions the
+        score modifiers see.
+        """
         group = self.num_heads // self.num_kv_heads  # query head i reads kv head i // group
         keys = keys.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
         values = values.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
         sink = None if self.sink_logits is None else self.sink_logits[:, None, None]  # (h, 1, 1)
+        score_mod = None
+        if self.score_mods and q_pos is not None and k_pos is not None:
+            score_mod = _bind(self.score_mods, q_pos, k_pos, queries.shape[0], self.num_heads)
         return explicit_attention(queries, keys, values, mask, dropout=self.dropout,
-                                  sink_logits=sink)  # fmt: skip
+                                  sink_logits=sink, score_mod=score_mod)  # fmt: skip
 
     def extra_repr(self) -> str:
         """Shown by `print(module)`: what is not visible in the submodules."""
@@ -772,10 +817,10 @@ class MultiHeadAttention(nn.Module):
             options.append(f"kdim={self.kdim}, vdim={self.vdim}")
         if self.num_kv_heads != self.num_heads:
             options.append(f"num_kv_heads={self.num_kv_heads}")
-        if self.window is not None:
-            options.append(f"window={self.window}")
-        if self.sinks:
-            options.append(f"sinks={self.sinks}")
+        if self.rule.name not in ("causal()", "everything()"):
+            options.append(f"mask={self.rule!r}")
+        if self.score_mods:
+            options.append(f"score_mods={list(self.score_mods)}")
         if self.rope:
             options.append(f"rope_base={self.rope_base:g}")
         return ", ".join(options)
@@ -834,6 +879,83 @@ class MultiHeadAttention(nn.Module):
         return fused.train(wrapper.training)
 
 
+def _rule(causal: bool | None, window: int | None, sinks: int, mask: object) -> Mask:
+    """The layer's mask: `mask` (with `causal=True`, `causal() & mask`), or the shorthand's."""
+    if causal is not None:
+        check_flag("causal", causal)
+    if mask is None:
+        return from_flags(True if causal is None else causal, window, sinks)
+    if window is not None or sinks:
+        raise ValueError(f"pass mask= or window=/sinks=, not both: got mask={mask!r:.60}, "
+                         f"window={window}, sinks={sinks} (write window(w) | sinks(k) into "
+                         "the mask)")  # fmt: skip
+    rule = as_mask(mask)
+    return from_flags(True, None, 0) & rule if causal else rule
+
+
+def _probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int) -> None:
+    """Call the mask and each score modifier once on four positions: a broken one fails here.
+
+    Raises:
+        TypeError: a function that raises, or returns the wrong kind of tensor.
+        ValueError: a result of the wrong shape, a NaN, or a `bias` that is not `fn - score`.
+    """
+    pos = torch.arange(4)
+    evaluate(rule, pos, pos, num_heads=num_heads)  # raises, naming the mask
+    b = torch.zeros(1, 1, 1, 1, dtype=torch.long)
+    h = torch.arange(num_heads).view(1, -1, 1, 1)
+    q, kv = pos.view(1, 1, 4, 1), pos.view(1, 1, 1, 4)
+    score = torch.linspace(-3.0, 3.0, 16).view(1, 1, 4, 4).expand(1, num_heads, 4, 4)
+    for i, mod in enumerate(score_mods):
+        name = f"score_mods[{i}] ({mod.name})"
+        try:
+            out = mod(score, b, h, q, kv)
+        except Exception as error:
+            raise TypeError(
+                f"{name} failed on scores (1, {num_heads}, 4, 4) and indices (b, h, q_idx, "
+                f"kv_idx): {type(error).__name__}: {error}"
+            ) from error
+        if not isinstance(out, Tensor) or not out.is_floating_point():
+            kind = out.dtype if isinstance(out, Tensor) else type(out).__name__
+            raise TypeError(f"{name} must return floating-point scores, got {kind}")
+        if out.shape != score.shape:
+            raise ValueError(f"{name} must return the scores' shape {tuple(score.shape)}, got "
+                             f"{tuple(out.shape)}")  # fmt: skip
+        if bool(out.isnan().any()):
+            raise ValueError(f"{name} turned finite scores into NaN")
+        if mod.bias is not None and not torch.allclose(
+            out, score + mod.bias(b, h, q, kv).to(score.dtype), atol=1e-5
+        ):
+            raise ValueError(f"{name}: its bias is not fn(score) - score, as an additive form "
+                             "must be")  # fmt: skip
+
+
+def _bind(
+    score_mods: Sequence[ScoreMod], q_pos: Tensor, k_pos: Tensor, batch: int, num_heads: int
+) -> Callable[[Tensor], Tensor]:
+    """The score modifiers as one function of the scores `(b, h, T, S)`, positions bound."""
+    b = torch.arange(batch, device=q_pos.device).view(-1, 1, 1, 1)
+    h = torch.arange(num_heads, device=q_pos.device).view(1, -1, 1, 1)
+    q = q_pos.view(-1, 1, q_pos.shape[-1], 1).clamp(min=0)
+    kv = k_pos.view(-1, 1, 1, k_pos.shape[-1]).clamp(min=0)
+
+    def modify(scores: Tensor) -> Tensor:
+        for mod in score_mods:  # f_n(... f_1(s) ...), in list order
+            scores = mod(scores, b, h, q, kv)
+        return scores
+
+    return modify
+
+
+def _positions(
+    start: int, num_tokens: int, positions: Tensor | None, device: torch.device
+) -> Tensor:
+    """The queries' positions: each row's, or the slots `start ...`."""
+    if positions is not None:
+        return positions
+    return torch.arange(start, start + num_tokens, device=device)
+
+
 def _check_sizes(
     d_in: int, d_out: int, context_length: int, num_heads: int, num_kv_heads: int
 ) -> None:
@@ -882,22 +1004,6 @@ def _check_documents(
 def _readable(t: Tensor) -> bool:
     """Whether a tensor's values may steer Python: not while exporting, not on `meta`."""
     return not torch.compiler.is_exporting() and t.device.type != "meta"
-
-
-def _run_start(key_padding_mask: Tensor) -> Tensor | None:
-    """Each row's first real token, `(batch,)`, if every row's real tokens are one run; else None.
-
-    All zeros: right padding. None too where the mask's values cannot be read (exporting,
-    `meta`) or there are no tokens. O(b T), one host synchronisation, before any kernel.
-    """
-    if not _readable(key_padding_mask) or key_padding_mask.shape[1] == 0:
-        return None
-    real = ~key_padding_mask  # (b, T)
-    first = real.int().argmax(dim=1)  # (b,): the first real token (0 for a row of padding)
-    positions = torch.arange(real.shape[1], device=real.device)  # (T,)
-    last = first + real.sum(dim=1)  # (b,): one past the last real token
-    run = (positions >= first[:, None]) & (positions < last[:, None])  # (b, T)
-    return first if bool((run == real).all()) else None
 
 
 def _drop_book_mask(

@@ -6,7 +6,7 @@ place:
 
 - **sink tokens** (StreamingLLM, Xiao et al. 2023): with a sliding window, the first $k$
   tokens stay visible to every query, $j \le i \wedge (i - j < w \vee j < k)$. This is a
-  clause of the visibility rule ([`Visibility(sinks=k)`][attention.visibility.Visibility]),
+  mask ([`sinks(k)`][attention.masks.sinks], as `causal() & (window(w) | sinks(k))`),
   and a ring-buffer cache keeps those $k$ beside the last $w$
   ([`KVCache`][attention.cache.KVCache]).
 - **a learned sink logit** (gpt-oss): each head $h$ learns a logit $z_h$ for a "key" that is
@@ -67,7 +67,7 @@ def with_sink(
         keys: `(b, h_kv, S, d_h)`.
         values: `(b, h_kv, S, d_v)`.
         mask: bool, True = may attend, broadcastable to `(b, h, T, S)` (from
-            [`visible`][attention.visibility.visible]), or None: every key.
+            [`visible`][attention.fused.visible]), or float (0 where seen), or None.
         sink_logits: `(h,)`.
 
     Returns:
@@ -76,8 +76,10 @@ def with_sink(
     b, h, num_tokens, _ = queries.shape
     num_keys = keys.shape[-2]
     bias = torch.zeros((), dtype=queries.dtype, device=queries.device)
-    if mask is not None:
+    if mask is not None and mask.dtype == torch.bool:
         bias = torch.where(mask, bias, float("-inf"))  # (..., T, S)
+    elif mask is not None:  # already additive (score modifiers)
+        bias = mask.to(queries.dtype)
     bias = bias.expand(b, h, num_tokens, num_keys)
     # the kernel adds the mask after scaling q.k: the zero key's score is exactly z_h
     sink = sink_logits.to(queries.dtype)[None, :, None, None].expand(b, h, num_tokens, 1)

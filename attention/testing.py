@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention.masks import from_flags
 from attention.multihead import MultiHeadAttention
 
 __all__ = ["KernelCall", "padding_mask", "reference_attention", "sdpa_calls", "to_torch_mha"]
@@ -199,11 +200,14 @@ def reference_attention(
 ) -> Tensor:
     """What `mha(x, key_padding_mask, document_ids=...)` must compute, written from the definition.
 
-    Independent of the package's code paths: one query head and one query at a time, the
-    visibility of each key decided by the rule's own words (in the past, within the window or
-    a sink, same document, not padding), RoPE as complex multiplication, each query head
-    reading key/value head `i // group`, the sink logit as one more term of the softmax.
-    Slow (Python loops over queries): for tests, at a few tokens, in float64.
+    Independent of the package's code paths: one query head and one query at a time. Each
+    row's positions count its real tokens (padding excluded). The visibility of each key is
+    decided by the rule's own words (in the past, within the window or a sink) for a layer
+    made with `causal`, `window`, `sinks`, or else by calling its mask on one pair of
+    scalars at a time; then same document, not padding. Score modifiers are called on one
+    scalar score at a time. RoPE as complex multiplication, each query head reading
+    key/value head `i // group`, the sink logit as one more term of the softmax. Slow
+    (Python loops over queries): for tests, at a few tokens, in float64.
 
     Args:
         mha: the module whose weights and configuration it uses.
@@ -219,38 +223,35 @@ def reference_attention(
     pad = torch.zeros(b, n, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
     docs = torch.zeros(b, n, dtype=torch.long) if document_ids is None else document_ids
     x = x.masked_fill(pad[..., None], 0.0)  # a padded input is never read
+    pos = [[int((~pad[row, :i]).sum()) for i in range(n)] for row in range(b)]  # real before i
 
     def project(linear: nn.Linear, heads: int) -> Tensor:
         out = x @ linear.weight.T + (0 if linear.bias is None else linear.bias)
         return out.view(b, n, heads, d).transpose(1, 2)  # (b, heads, n, d)
 
     q, k, v = project(mha.W_query, h), project(mha.W_key, h_kv), project(mha.W_value, h_kv)
-    if mha.rope:  # pair (j, j + d/2) as one complex number, turned by e^{i m theta_j}
-        theta = mha.rope_base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-        turn = torch.polar(torch.ones(n, d // 2, dtype=torch.float64),
-                           torch.arange(n, dtype=torch.float64)[:, None] * theta)  # fmt: skip
+    if mha.rope:
+        q, k = _rotate(q, pos, mha.rope_base), _rotate(k, pos, mha.rope_base)
+    sees = _definition(mha, pos, pad, docs)
 
-        def rotate(t: Tensor) -> Tensor:  # in complex128 whatever t's dtype, then back
-            z = torch.complex(t[..., : d // 2].double(), t[..., d // 2 :].double()) * turn
-            return torch.cat((z.real, z.imag), dim=-1).to(t.dtype)
-
-        q, k = rotate(q), rotate(k)
-
-    def sees(row: int, i: int, j: int) -> bool:
-        if mha.causal and j > i:
-            return False  # the future
-        if mha.window is not None and i - j >= mha.window and j >= mha.sinks:
-            return False  # too far back, and not a sink
-        return bool(docs[row, i] == docs[row, j]) and not bool(pad[row, j])
+    def modified(score: Tensor, row: int, head: int, i: int, j: int) -> Tensor:
+        for mod in mha.score_mods:
+            score = mod(score, *(torch.tensor(v) for v in (row, head, pos[row][i], pos[row][j])))
+        return score
 
     context = torch.zeros(b, h, n, d, dtype=x.dtype)
     group = h // h_kv  # query head i reads key/value head i // group
     for row in range(b):
-        seen = torch.tensor([[sees(row, i, j) for j in range(n)] for i in range(n)])  # (n, n)
-        seen[pad[row]] = False  # a padded query attends to nothing: zero
         for head in range(h):
+            seen = torch.tensor([[sees(row, head, i, j) for j in range(n)] for i in range(n)])
+            seen[pad[row]] = False  # a padded query attends to nothing: zero
             g = head // group
             scores = q[row, head] @ k[row, g].T / math.sqrt(d)  # (n, n)
+            if mha.score_mods:
+                scores = torch.stack([
+                    torch.stack([modified(scores[i, j], row, head, i, j) for j in range(n)])
+                    for i in range(n)
+                ])  # fmt: skip
             scores = scores.masked_fill(~seen, -math.inf)
             if mha.sink_logits is not None:  # one more term: a key with the sink's logit, V 0
                 sink = mha.sink_logits[head].to(x.dtype).expand(n, 1)
@@ -258,3 +259,33 @@ def reference_attention(
             weights = torch.softmax(scores, dim=1)[:, :n].nan_to_num(0.0)  # (n, n)
             context[row, head] = weights.masked_fill(~seen, 0.0) @ v[row, g]
     return context.transpose(1, 2).reshape(b, n, h * d) @ mha.out_proj.weight.T + mha.out_proj.bias
+
+
+def _rotate(t: Tensor, pos: list[list[int]], base: float) -> Tensor:
+    """RoPE by definition: pair (j, j + d/2) as one complex number, turned by e^{i m theta_j}."""
+    b, _, n, d = t.shape
+    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    m = torch.tensor(pos, dtype=torch.float64)[:, None, :, None]  # (b, 1, n, 1)
+    turn = torch.polar(torch.ones(b, 1, n, d // 2, dtype=torch.float64), m * theta)
+    z = torch.complex(t[..., : d // 2].double(), t[..., d // 2 :].double()) * turn
+    return torch.cat((z.real, z.imag), dim=-1).to(t.dtype)  # in complex128, then back
+
+
+def _definition(
+    mha: MultiHeadAttention, pos: list[list[int]], pad: Tensor, docs: Tensor
+) -> Callable[[int, int, int, int], bool]:
+    """Whether query `i` of `row` sees key `j` in `head`: the words, or the mask on scalars."""
+    words = mha.rule == from_flags(mha.causal, mha.window, mha.sinks)
+
+    def sees(row: int, head: int, i: int, j: int) -> bool:
+        p_i, p_j = pos[row][i], pos[row][j]
+        if words:
+            if mha.causal and p_j > p_i:
+                return False  # the future
+            if mha.window is not None and p_i - p_j >= mha.window and p_j >= mha.sinks:
+                return False  # too far back, and not a sink
+        elif not bool(mha.rule(*(torch.tensor(v) for v in (row, head, p_i, p_j)))):
+            return False
+        return bool(docs[row, i] == docs[row, j]) and not bool(pad[row, j])
+
+    return sees

@@ -17,9 +17,9 @@ from matplotlib.figure import Figure
 from attention import MultiHeadAttention, SelfAttentionV1, SelfAttentionV2, diagrams
 from attention.core import causal_mask
 from attention.gpt import TransformerBlock
+from attention.masks import chunk_mask
 from attention.plot import svg
 from attention.rnn import Seq2Seq
-from attention.visibility import chunk_mask
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 PHONE_COLUMN_PX = 358  # a 390 px wide phone, less the page's side padding

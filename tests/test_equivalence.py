@@ -132,12 +132,12 @@ def test_equals_torch_multihead_attention(
         (False, "left", "bool (b, 1, 1, T)"),
         (True, "left", "is_causal, no mask"),  # each row rolled into right padding first
         (True, "middle", "is_causal, no mask"),
-        (True, "holes", "bool (b, 1, T, T)"),
+        (True, "holes", "is_causal, no mask"),  # holes too: real tokens moved first
     ],
 )
 def test_what_reaches_the_fused_kernel(causal: bool, kind: str, expected: str) -> None:
-    """No T x T mask unless causal attention over padding with holes needs one (and then one
-    bool mask); never a float one."""
+    """No T x T mask for padding anywhere: each row's real tokens are moved to its front
+    first; a non-causal layer gets one row of keys per sequence; never a float one."""
     mha = MultiHeadAttention(D_IN, D_OUT, T, 0.0, H, causal=causal)
     with sdpa_calls() as calls:
         mha(torch.randn(B, T, D_IN), masks(kind, torch.device("cpu")))

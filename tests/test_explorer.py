@@ -27,7 +27,7 @@ from attention.explorer import (
 )
 from attention.gpt import GPTModel
 from attention.heads import ablate_head, model_weights
-from attention.visibility import Visibility
+from attention.masks import causal
 
 CFG = {"vocab_size": 12, "context_length": 16, "emb_dim": 16, "n_heads": 4, "n_layers": 2,
        "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
@@ -102,7 +102,7 @@ def test_temperature_divides_the_scores_and_ablation_is_ablate_head(model: GPTMo
     logits, _ = reference(model, IDX, Settings(ablate=((0, 1), (1, 3))))
     with ablate_head(model, 0, 1), ablate_head(model, 1, 3), torch.no_grad():
         assert_close(logits, model(IDX)[0])
-    assert first.att.rule == Visibility(causal=True)  # restored
+    assert first.att.rule == causal()  # restored
     again, _ = reference(model, IDX)
     with torch.no_grad():
         assert_close(again, model(IDX)[0], atol=0, rtol=0)  # weights restored exactly

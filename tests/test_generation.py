@@ -191,8 +191,8 @@ def test_top_p_keeps_the_nucleus_as_hugging_face_does() -> None:
         ({"attention_mask": torch.ones(2, 3)}, TypeError, r"attention_mask must be bool or integer"),
         ({"attention_mask": torch.ones(2, 4, dtype=torch.long)}, ValueError, r"attention_mask must have the ids' shape \(2, 3\), got \(2, 4\)"),
         ({"attention_mask": torch.tensor([[1, 1, 2], [1, 1, 1]])}, ValueError, r"attention_mask must hold only 0 \(padding\) and 1 \(a token\), got 2"),
-        ({"attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, ValueError, r"attention_mask must pad on the left"),
-        ({"attention_mask": torch.tensor([[0, 0, 0], [1, 1, 1]])}, ValueError, r"attention_mask must pad on the left"),
+        ({"attention_mask": torch.tensor([[1, 1, 0], [1, 1, 1]])}, ValueError, r"attention_mask must end each row with a token"),
+        ({"attention_mask": torch.tensor([[0, 0, 0], [1, 1, 1]])}, ValueError, r"attention_mask must end each row with a token"),
         ({"max_new_tokens": -1}, ValueError, r"max_new_tokens must be >= 0, got -1"),
         ({"use_cache": 1}, TypeError, r"use_cache must be True or False, got 1 \(int\)"),
     ],
@@ -218,16 +218,18 @@ def test_ids_as_lists_numpy_and_narrow_integer_dtypes() -> None:
             assert_close(model(other), logits)  # type: ignore[arg-type]
 
 
-def test_padding_is_refused_with_attention_sinks() -> None:
-    model = gpt(context_length=16, rope_base=10000.0, window=4, sinks=1)
-    idx, mask = pad_prompts([[1, 2, 3], [4]])
-    with pytest.raises(
-        ValueError, match=r"attention_mask with padding: this model keeps attention sinks"
-    ):
-        generate(model, idx, 2, attention_mask=mask)
-    with pytest.raises(ValueError, match=r"attention_mask with padding"):
-        model(idx, attention_mask=mask)
-    assert generate(model, idx[:1], 2, attention_mask=mask[:1]).shape == (1, 5)  # no padding
+@pytest.mark.parametrize("extra", [{"window": 3}, {"rope_base": 10000.0, "window": 4, "sinks": 1}])
+def test_padded_rows_with_windows_and_sinks_write_what_they_write_alone(
+    extra: dict[str, Any],
+) -> None:
+    """Positions count real tokens: a window or a sink sees the same tokens, padded or not."""
+    model = gpt(context_length=32, **extra).double()
+    prompts_ = [[1, 2, 3, 4, 5, 6], [7, 8]]
+    idx, mask = pad_prompts(prompts_)
+    out = generate(model, idx, 9, attention_mask=mask)  # past the window: the ring wraps
+    for row, prompt in enumerate(prompts_):
+        alone = generate(model, torch.tensor([prompt]), 9)
+        assert torch.equal(out[row, -9:], alone[0, -9:])
 
 
 @pytest.mark.parametrize(
@@ -271,22 +273,22 @@ def test_numpy_numbers_tiny_temperatures_and_end_ids_as_a_tensor() -> None:
     assert torch.equal(generate(model, prompt, 4, eos_id=torch.tensor([end, 96])), greedy[:, :5])
 
 
-def test_padding_that_would_move_a_windows_distances_is_refused() -> None:
-    """A window counts slots: padding between a row's tokens, or after cached ones, would move
-    them apart. Left padding in the first chunk is what it takes."""
-    model = gpt(context_length=16, window=3).double()
+@pytest.mark.parametrize("extra", [{"window": 3}, {"rope_base": 10000.0, "window": 3, "sinks": 1}])
+def test_padding_anywhere_changes_no_real_logit(extra: dict[str, Any]) -> None:
+    """Padding between a row's tokens, or after cached ones, moves no position: a window and
+    its sinks count real tokens."""
+    model = gpt(context_length=16, **extra).double()
     ids = torch.tensor([[1, 2, 3, 4, 5]])
-    with pytest.raises(
-        ValueError,
-        match=r"padding may only come first in each row \(left padding\), in the first chunk",
-    ):
-        model(ids, attention_mask=torch.tensor([[1, 0, 0, 1, 1]]))
-    caches = model.init_caches(1)
-    model(ids[:, :3], caches)
-    with pytest.raises(ValueError, match=r"padding may only come first in each row"):
-        model(ids[:, 3:], caches, attention_mask=torch.tensor([[0, 1]]))
-    with torch.no_grad():  # left padding in the first chunk: the row's own logits
-        padded = model(ids, attention_mask=torch.tensor([[0, 0, 1, 1, 1]]))[0, -1]
-        assert_close(padded, model(ids[:, 2:])[0, -1], atol=1e-12, rtol=0)
+    with torch.no_grad():
+        alone = model(torch.tensor([[1, 4, 5]]))
+        middle = model(ids, attention_mask=torch.tensor([[1, 0, 0, 1, 1]]))
+        assert_close(middle[:, [0, 3, 4]], alone, atol=1e-12, rtol=0)
+        caches = model.init_caches(1)
+        model(ids[:, :3], caches)
+        later = model(ids[:, 3:], caches, attention_mask=torch.tensor([[0, 1]]))[0, -1]
+        assert_close(later, model(torch.tensor([[1, 2, 3, 5]]))[0, -1], atol=1e-12, rtol=0)
+
+
+def test_pad_prompts_refuses_negative_ids() -> None:
     with pytest.raises(ValueError, match=r"prompts\[1\] must hold ids >= 0, got -5"):
         pad_prompts([[1], [1, -5]])

@@ -17,9 +17,9 @@ import torch
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
+from attention.masks import from_flags
 from attention.positions import apply_rope, rope_angles, rotate_half
 from attention.testing import padding_mask, reference_attention, sdpa_calls, to_torch_mha
-from attention.visibility import Visibility
 
 B, T, D_IN, H = 3, 11, 6, 4
 HEAD_DIM = 4
@@ -236,9 +236,9 @@ def test_windowed_layers_cache_at_most_the_window() -> None:
         (lambda: rope_angles(3, 4, offset=-2), ValueError, r"offset must be >= 0, got -2"),
         (lambda: rotate_half(torch.tensor([1.0, 2.0, 3.0])), ValueError, r"even last dimension"),
         (lambda: apply_rope(torch.zeros(3, 8), torch.ones(3, 8), None), TypeError, r"sin must be a torch.Tensor"),
-        (lambda: Visibility(causal=False, window=2), ValueError, r"a sliding window needs causal=True"),
-        (lambda: Visibility(sinks=2), ValueError, r"sinks=2 needs a window"),
-        (lambda: Visibility(window=4, sinks=-1), ValueError, r"sinks must be >= 0, got -1"),
+        (lambda: from_flags(False, 2, 0), ValueError, r"a sliding window needs causal=True"),
+        (lambda: from_flags(True, None, 2), ValueError, r"sinks=2 needs a window"),
+        (lambda: from_flags(True, 4, -1), ValueError, r"sinks must be >= 0, got -1"),
         (lambda: padding_mask([1.5], 3), TypeError, r"lengths must be a sequence of ints"),
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, num_kv_heads=1)), ValueError, r"no grouped heads"),
     ],

@@ -16,8 +16,9 @@ from torch.testing import assert_close
 
 from attention import MultiHeadAttention
 from attention.cache import KVCache
+from attention.fused import visible
+from attention.masks import chunk_mask, everything, from_flags, segments, window
 from attention.testing import padding_mask, reference_attention, sdpa_calls
-from attention.visibility import Visibility, chunk_mask, segments, visible
 
 B, T, D_IN, H, HEAD_DIM = 2, 11, 6, 4, 4
 ATOL = 1e-10
@@ -110,26 +111,25 @@ def test_encoder_attention_equals_the_definition(kind: str, kv: int) -> None:
 
 
 def test_the_rule_is_its_definition_at_every_pair() -> None:
-    for causal, window, sinks in [(True, None, 0), (False, None, 0), (True, 1, 0), (True, 3, 2)]:
-        rule = Visibility(causal=causal, window=window, sinks=sinks)
-        q, k = torch.arange(9)[:, None], torch.arange(-1, 9)[None, :]  # key -1: an empty slot
-        got = rule(q, k)
+    for is_causal, w, sinks in [(True, None, 0), (False, None, 0), (True, 1, 0), (True, 3, 2)]:
+        rule = from_flags(is_causal, w, sinks)
+        got = rule.grid(torch.arange(9), torch.arange(-1, 9))  # key -1: an empty slot
         for i, j in itertools.product(range(9), range(-1, 9)):
-            want = j >= 0 and (not causal or j <= i)
-            if window is not None:
-                want = want and (i - j < window or j < sinks)
-            assert bool(got[i, j + 1]) == want, (causal, window, sinks, i, j)
+            want = j >= 0 and (not is_causal or j <= i)
+            if w is not None:
+                want = want and (i - j < w or j < sinks)
+            assert bool(got[i, j + 1]) == want, (is_causal, w, sinks, i, j)
 
 
 def test_segments_and_the_chunk_mask() -> None:
     seg = segments(torch.tensor([[False, True, False]]), torch.tensor([[3, 3, 4]]))
     assert seg.tolist() == [[3, -1, 4]]
-    mask = visible(Visibility(causal=False), torch.arange(3), torch.arange(3), seg, seg)
+    mask = visible(everything(), torch.arange(3), torch.arange(3), seg, seg)
     assert mask.shape == (1, 1, 3, 3)
     assert mask[0, 0].tolist() == [[True, False, False], [False, False, False],
                                    [False, False, True]]  # fmt: skip
     assert torch.equal(
-        chunk_mask(2, 2, Visibility(window=2)),
+        chunk_mask(2, 2, window(2)),
         torch.tensor([[True, False, False, True], [True, True, False, False]]),
     )
 
