@@ -173,17 +173,27 @@ class KVCache:
         if segments is not None or self.rows is not None:
             return self._update_rows(keys, values, segments, positions)
         start, num_tokens = self.length, keys.shape[2]
+        tracked = torch.is_grad_enabled() and (
+            keys.requires_grad or values.requires_grad or self.keys.requires_grad
+        )  # then out of place (_write); else in place, one indexing call each
         if not self.ring:
             end = start + num_tokens
-            self._write(slice(start, end), keys, values)
+            if tracked:
+                self._write(slice(start, end), keys, values)
+            else:
+                self.keys[:, :, start:end], self.values[:, :, start:end] = keys, values
             self.length = end
             return self.keys[:, :, :end], self.values[:, :, :end], None, None
         if num_tokens == 1:  # decode: write first, then the ring holds exactly the window
-            slot = self._slot(start)
-            self._write(slice(slot, slot + 1), keys, values)
+            k, w = self.sinks, self.window
+            slot = start if start < k else k + (start - k) % w  # type: ignore[operator]
+            if tracked:
+                self._write(slice(slot, slot + 1), keys, values)
+            else:
+                self.keys[:, :, slot : slot + 1], self.values[:, :, slot : slot + 1] = keys, values
             assert self.positions is not None
             self.positions[slot] = start
-            used = min(start + 1, self.slots)
+            used = min(start + 1, self._slots)
             self.length = start + 1
             return self.keys[:, :, :used], self.values[:, :, :used], self.positions[:used], None
         return self._update_chunk(keys, values)
@@ -300,12 +310,6 @@ class KVCache:
         assert self.window is not None
         return torch.where(position < self.sinks, position,
                            self.sinks + (position - self.sinks) % self.window)  # fmt: skip
-
-    def _slot(self, position: int) -> int:
-        assert self.window is not None
-        if position < self.sinks:
-            return position
-        return self.sinks + (position - self.sinks) % self.window
 
     def _write(self, index: slice | Tensor, keys: Tensor, values: Tensor) -> None:
         """Write in place; out of place while autograd tracks the chunk, so a backward

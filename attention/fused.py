@@ -61,6 +61,17 @@ class _Options(NamedTuple):
     score_mods: tuple[ScoreMod, ...]
 
 
+_EXPLICIT = Plan("explicit", "a score modifier without an additive form")
+_EVERYTHING = Plan("none", "every pair is certainly visible")
+_DECODE = Plan("none", "one query, keys 0 .. end - 1, exactly causal on them")
+_CAUSAL = Plan("is_causal", "queries from 0, keys 0 .. T - 1, exactly causal on them")
+_RING = Plan("none", "one query that certainly sees every key the ring keeps")
+_BLOCKED = Plan("blocked", "causal with reach r < T, queries from 0: blocks of r queries")
+_MASK = Plan("mask", "anything else: the mask evaluated at these positions")
+PLANS = (_EXPLICIT, _EVERYTHING, _DECODE, _CAUSAL, _RING, _BLOCKED, _MASK)
+"""Every decision the planner can make, in the order it tries them."""
+
+
 def plan(
     rule: Mask,
     num_tokens: int,
@@ -94,29 +105,23 @@ def plan(
         'none'
     """
     bounds, end = rule.bounds, start + num_tokens
-    if any(mod.bias is None for mod in score_mods):
-        return Plan("explicit", "a score modifier without an additive form")
+    if score_mods and any(mod.bias is None for mod in score_mods):
+        return _EXPLICIT
     plain = not (segments or score_mods or sink)
     if plain and bounds.everything:
-        return Plan("none", "every pair is visible")
-    if plain and in_order and num_keys == end and bounds.sees_causal(end):
-        if num_tokens == 1:
-            return Plan("none", "one query that sees every earlier key")
+        return _EVERYTHING
+    exactly_causal = bounds.causal and bounds.near >= end  # on positions 0 .. end - 1
+    if plain and in_order and num_keys == end and exactly_causal:
+        if num_tokens == 1:  # the last query sees every key
+            return _DECODE
         if start == 0:
-            return Plan("is_causal", "exactly causal on positions 0 .. T - 1")
+            return _CAUSAL
     if plain and not in_order and num_tokens == 1 and bounds.sees_kept():
-        return Plan("none", "one query that sees every key the ring keeps")
-    reach = bounds.reach
-    if (
-        in_order
-        and start == 0
-        and num_keys == end
-        and bounds.causal
-        and reach
-        and num_tokens > reach
-    ):
-        return Plan("blocked", f"causal with reach {reach} < T: blocks of {reach} queries")
-    return Plan("mask", "the mask evaluated at these positions")
+        return _RING
+    reach = bounds.reach  # a bounded reach r < T, queries from 0: blocks of r
+    if in_order and start == 0 and num_keys == end and bounds.causal and reach:
+        return _BLOCKED if num_tokens > reach else _MASK
+    return _MASK
 
 
 def fused_attention(

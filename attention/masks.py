@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -123,10 +124,6 @@ class Bounds:
         """Keys a query can see at most (`reach + anchor`), or None: unbounded."""
         return None if self.reach is None else self.reach + self.anchor
 
-    def sees_causal(self, end: int) -> bool:
-        """Whether, among positions `0 .. end - 1`, the mask is exactly causal $j \\le i$."""
-        return self.causal and self.near >= end
-
     def sees_kept(self) -> bool:
         """Whether a query sees every key its upper bound keeps (a ring buffer's, say)."""
         return self.causal and self.reach is not None and (
@@ -187,15 +184,15 @@ class Mask:
 
     def __and__(self, other: object) -> Mask:
         right = as_mask(other, "the right side of &")
-        left, fn_a, fn_b = self, self.fn, right.fn
-        return Mask(lambda b, h, q, kv: fn_a(b, h, q, kv) & fn_b(b, h, q, kv),
+        left = self
+        return Mask(partial(_both, left.fn, right.fn),
                     f"{_wrap(left, '|')} & {_wrap(right, '|')}",
                     left.bounds.both(right.bounds), ("&", left.key, right.key))  # fmt: skip
 
     def __or__(self, other: object) -> Mask:
         right = as_mask(other, "the right side of |")
-        left, fn_a, fn_b = self, self.fn, right.fn
-        return Mask(lambda b, h, q, kv: fn_a(b, h, q, kv) | fn_b(b, h, q, kv),
+        left = self
+        return Mask(partial(_either, left.fn, right.fn),
                     f"{_wrap(left, '&')} | {_wrap(right, '&')}",
                     left.bounds.either(right.bounds), ("|", left.key, right.key))  # fmt: skip
 
@@ -216,6 +213,43 @@ class Mask:
         """
         out = evaluate(self, q_pos, k_pos, num_heads=num_heads)
         return out[0, 0] if q_pos.ndim == k_pos.ndim == 1 and out.shape[:2] == (1, 1) else out
+
+
+# The built-ins' functions live at module level (bound by `partial`), so a layer that holds
+# them pickles, and a model trains in another process.
+
+
+def _both(fn_a: MaskMod, fn_b: MaskMod, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return fn_a(b, h, q, kv) & fn_b(b, h, q, kv)
+
+
+def _either(fn_a: MaskMod, fn_b: MaskMod, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return fn_a(b, h, q, kv) | fn_b(b, h, q, kv)
+
+
+def _everything(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return torch.ones((), dtype=torch.bool, device=q.device)
+
+
+def _causal(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return kv <= q  # j <= i
+
+
+def _window(w: int, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return (kv <= q) & (q - kv < w)  # 0 <= i - j < w
+
+
+def _sinks(k: int, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return kv < k  # j < k
+
+
+def _same_document(rows: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    row = b if rows.shape[0] > 1 else torch.zeros_like(b)
+    return rows[row, q] == rows[row, kv]  # ids[b, i] == ids[b, j]
+
+
+def _not_padding(kpm: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return ~kpm[b, q] & ~kpm[b, kv]
 
 
 def _wrap(mask: Mask, joiner: str) -> str:
@@ -278,7 +312,7 @@ def evaluate(
 
 def everything() -> Mask:
     """Every key is visible: an encoder's attention (`causal=False`)."""
-    return Mask(lambda b, h, q, kv: torch.ones((), dtype=torch.bool, device=q.device),
+    return Mask(_everything,
                 "everything()", Bounds(near=math.inf, first=math.inf, everything=True),
                 "everything()")  # fmt: skip
 
@@ -292,7 +326,7 @@ def causal() -> Mask:
                 [1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
     """
-    return Mask(lambda b, h, q, kv: kv <= q, "causal()",
+    return Mask(_causal, "causal()",
                 Bounds(causal=True, near=math.inf, first=math.inf), "causal()")  # fmt: skip
 
 
@@ -311,7 +345,7 @@ def window(w: int) -> Mask:
                 [0, 0, 1, 1]], dtype=torch.int32)
     """
     check_size("window", w)
-    return Mask(lambda b, h, q, kv: (kv <= q) & (q - kv < w), f"window({w})",
+    return Mask(partial(_window, w), f"window({w})",
                 Bounds(causal=True, reach=w, near=w), f"window({w})")  # fmt: skip
 
 
@@ -321,7 +355,7 @@ def sinks(k: int) -> Mask:
     Combine with a window and causality: `causal() & (window(w) | sinks(k))`.
     """
     check_size("sinks", k)
-    return Mask(lambda b, h, q, kv: kv < k, f"sinks({k})",
+    return Mask(partial(_sinks, k), f"sinks({k})",
                 Bounds(reach=0, anchor=k, first=k), f"sinks({k})")  # fmt: skip
 
 
@@ -335,12 +369,7 @@ def documents(ids: Tensor) -> Mask:
     if ids.is_floating_point() or ids.dtype == torch.bool:
         raise TypeError(f"documents: ids must be integers, got dtype {ids.dtype}")
     rows = ids if ids.ndim == 2 else ids[None]  # (B, T)
-
-    def same_document(b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-        row = b if rows.shape[0] > 1 else torch.zeros_like(b)
-        return rows[row, q] == rows[row, kv]
-
-    return Mask(same_document, "documents(ids)")
+    return Mask(partial(_same_document, rows), "documents(ids)")
 
 
 def padding(key_padding_mask: Tensor) -> Mask:
@@ -352,7 +381,7 @@ def padding(key_padding_mask: Tensor) -> Mask:
     kpm = check_tensor("key_padding_mask", key_padding_mask, ndim=2)
     if kpm.dtype != torch.bool:
         raise TypeError(f"padding: key_padding_mask must be bool (True = padding), got {kpm.dtype}")
-    return Mask(lambda b, h, q, kv: ~kpm[b, q] & ~kpm[b, kv], "padding(key_padding_mask)")
+    return Mask(partial(_not_padding, kpm), "padding(key_padding_mask)")
 
 
 def from_flags(causal_: bool, window_: int | None, sinks_: int) -> Mask:

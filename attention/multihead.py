@@ -264,6 +264,8 @@ class MultiHeadAttention(nn.Module):
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
         self.rule = _rule(causal, window, sinks, mask)
         self.score_mods = as_score_mods(score_mods)
+        # a score modifier without an additive form: no fused kernel can take it
+        self._explicit_only = any(mod.bias is None for mod in self.score_mods)
         _probe(self.rule, self.score_mods, num_heads)
         causal = self.rule.bounds.causal
         if (self.kdim, self.vdim) != (d_in, d_in) and (causal or rope or sink_logit):
@@ -465,7 +467,7 @@ class MultiHeadAttention(nn.Module):
         b, num_tokens, _ = x.shape
         start = 0 if cache is None else cache.length  # the chunk's first slot
         queries, keys, values = self.project(x, start, positions)  # (b, h | h_kv, T, d_h)
-        seg = segments(padded, documents)  # (b, T): document, -1 for padding; or None
+        seg = None if padded is None and documents is None else segments(padded, documents)
         k_pos: Tensor | None = None
         k_seg: Tensor | None = seg
         if cache is not None:  # every key the chunk may need: (b, h_kv, S, d_h), positions
@@ -501,11 +503,6 @@ class MultiHeadAttention(nn.Module):
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         return out, attn_weights
-
-    @property
-    def _explicit_only(self) -> bool:
-        """A score modifier without an additive form: no fused kernel can take it."""
-        return any(mod.bias is None for mod in self.score_mods)
 
     def cross_attend(
         self,

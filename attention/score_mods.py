@@ -13,6 +13,7 @@ A modifier of the form $f(s) = s + \beta(b, h, i, j)$ has an **additive form** (
 the fused kernel takes it as a float mask. One without (a soft cap) runs the explicit path.
 
 Examples:
+    >>> import torch
     >>> halve = ScoreMod(lambda score, b, h, q_idx, kv_idx: score / 2)
     >>> halve(torch.tensor([1.0, 4.0]), *torch.zeros(4, dtype=torch.long))
     tensor([0.5000, 2.0000])
@@ -46,6 +47,7 @@ class ScoreMod:
         TypeError: `fn` or `bias` not callable.
 
     Examples:
+        >>> import torch
         >>> double = ScoreMod(lambda score, b, h, q_idx, kv_idx: 2 * score)
         >>> double(torch.ones(2), *torch.zeros(4, dtype=torch.long))
         tensor([2., 2.])

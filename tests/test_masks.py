@@ -225,3 +225,14 @@ def test_a_cache_needs_a_mask_that_hides_the_future() -> None:
     mha = layer(Mask(generate_sliding_window(2)), [], H, False)  # causal, but undeclared
     with pytest.raises(ValueError, match=r"cache needs a mask that hides the future"):
         mha(torch.randn(B, 2, D_IN, dtype=torch.float64), cache=mha.init_cache(B))
+
+
+def test_a_layer_with_built_in_masks_pickles() -> None:
+    """The site trains models in another process: a layer's mask must travel with it."""
+    import pickle
+
+    mha = MultiHeadAttention(D_IN, H * HEAD_DIM, T, 0.0, H, window=3, sinks=1)
+    again = pickle.loads(pickle.dumps(mha))
+    assert again.rule == mha.rule and repr(again.rule) == "causal() & (window(3) | sinks(1))"
+    x = torch.randn(1, T, D_IN)
+    assert_close(again(x), mha(x), atol=0, rtol=0)
