@@ -50,6 +50,7 @@ from attention.core import (
     softmax_stable,
 )
 from attention.multihead import MultiHeadAttention, MultiHeadAttentionWrapper
+from attention.prefix_lm import prefix_lm
 from attention.self_attention import SelfAttentionV1, SelfAttentionV2
 from attention.simple import (
     EXAMPLE_TOKENS,
@@ -100,6 +101,7 @@ __all__ = [
     "explicit_attention",
     "gpt2_encoding",
     "normalize_by_sum",
+    "prefix_lm",
     "sample_text",
     "simplified_self_attention",
     "sliding_windows",
