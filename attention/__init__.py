@@ -42,6 +42,7 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
 This module only re-exports.
 """
 
+from attention.alibi import alibi, alibi_slopes
 from attention.causal import CausalAttention
 from attention.core import (
     attention_scores,
@@ -89,6 +90,8 @@ __all__ = [
     "SelfAttentionV2",
     "TokenAndPositionEmbedding",
     "__version__",
+    "alibi",
+    "alibi_slopes",
     "attention_scores",
     "attn_scores_for_query",
     "attn_scores_loop",
