@@ -65,6 +65,7 @@ from attention.simple import (
     simplified_self_attention,
     softmax_naive,
 )
+from attention.softcap import softcap
 from attention.text import (
     GPT2_VOCAB_SIZE,
     GPTDatasetV1,
@@ -108,6 +109,7 @@ __all__ = [
     "sample_text",
     "simplified_self_attention",
     "sliding_windows",
+    "softcap",
     "softmax_naive",
     "softmax_stable",
     "text_to_token_ids",
