@@ -170,6 +170,7 @@ def explicit_attention(
     dropout: Callable[[Tensor], Tensor] | None = None,
     sink_logits: Tensor | None = None,
     score_mod: Callable[[Tensor], Tensor] | None = None,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Scaled dot-product attention written out step by step; returns the weights too.
 
@@ -202,6 +203,8 @@ def explicit_attention(
         score_mod: optional function of the scaled scores $Q K^\top / \sqrt{d_k}$ that
             returns the scores the softmax takes (before the mask): a layer's score
             modifiers ([`attention.score_mods`][attention.score_mods]), bound to positions.
+        scale: what $Q K^\top$ is multiplied by, instead of $1 / \sqrt{d_k}$ (SDPA's
+            `scale`; Gemma 2's and Granite's layers use their own).
 
     Returns:
         `(context_vec, attn_weights)` of shapes `(..., num_queries, d_v)` and
@@ -224,7 +227,8 @@ def explicit_attention(
     # omega / sqrt(d_k) = (Q / sqrt(d_k)) K^T, in float32 for float16/bfloat16 inputs (as the
     # fused kernels accumulate): a float16 score overflows past 65,504
     work = _softmax_dtype(queries.dtype)
-    attn_scores = attention_scores((queries / math.sqrt(d_k)).to(work), keys.to(work))
+    scaled = queries / math.sqrt(d_k) if scale is None else queries * scale
+    attn_scores = attention_scores(scaled.to(work), keys.to(work))
     if score_mod is not None:  # f(omega / sqrt(d_k)): ALiBi, a soft cap, ...
         attn_scores = score_mod(attn_scores)
     fully_masked = None

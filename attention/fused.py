@@ -57,6 +57,7 @@ class _Options(NamedTuple):
     """What every kernel call of one attention shares."""
 
     dropout_p: float
+    scale: float | None
     sink_logits: Tensor | None
     score_mods: tuple[ScoreMod, ...]
 
@@ -137,10 +138,11 @@ def fused_attention(
     k_seg: Tensor | None = None,
     padded: Tensor | None = None,
     dropout_p: float = 0.0,
+    scale: float | None = None,
     sink_logits: Tensor | None = None,
     score_mods: Sequence[ScoreMod] = (),
 ) -> Tensor:
-    """Attention on the fused kernel with the least mask the case needs (the table above).
+    r"""Attention on the fused kernel with the least mask the case needs (the table above).
 
     Inner function: the module checked its inputs; nothing is checked here, and no value is
     read on the host.
@@ -160,6 +162,7 @@ def fused_attention(
             tokens (no cache): the rows are compacted first. `q_seg` then holds documents
             only (or is None).
         dropout_p: dropout on the weights.
+        scale: what $q \cdot k$ is multiplied by; None for $1 / \sqrt{d_h}$.
         sink_logits: `(h,)` a learned logit per head for "attend to nothing", or None.
         score_mods: additive score modifiers (the caller runs the explicit path otherwise).
 
@@ -167,7 +170,7 @@ def fused_attention(
         `(b, h, T, d_v)`; zero where a query sees nothing (padding, say).
     """
     if padded is not None:
-        options = _Options(dropout_p, sink_logits, tuple(score_mods))
+        options = _Options(dropout_p, scale, sink_logits, tuple(score_mods))
         return _compacted(queries, keys, values, rule, padded, q_seg, options)
     num_tokens, num_keys = queries.shape[-2], keys.shape[-2]
     choice = "mask"
@@ -176,18 +179,19 @@ def fused_attention(
                       segments=q_seg is not None, score_mods=score_mods,
                       sink=sink_logits is not None).kind  # fmt: skip
     if choice == "none":
-        return sdpa(queries, keys, values, dropout_p=dropout_p)
+        return sdpa(queries, keys, values, dropout_p=dropout_p, scale=scale)
     if choice == "is_causal":
-        return sdpa(queries, keys, values, is_causal=True, dropout_p=dropout_p)
+        return sdpa(queries, keys, values, is_causal=True, dropout_p=dropout_p, scale=scale)
     if choice == "blocked":
         return sliding_window_attention(queries, keys, values, rule, segments=q_seg,
-                                        dropout_p=dropout_p, sink_logits=sink_logits,
+                                        dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
                                         score_mods=score_mods)  # fmt: skip
     device = queries.device
     q_pos = torch.arange(start, start + num_tokens, device=device) if q_pos is None else q_pos
     k_pos = torch.arange(num_keys, device=device) if k_pos is None else k_pos
-    return _masked(queries, keys, values, rule, q_pos, k_pos, q_seg, k_seg, dropout_p=dropout_p,
-                   sink_logits=sink_logits, score_mods=score_mods)  # fmt: skip
+    return _masked(queries, keys, values, rule, q_pos, k_pos, q_seg, k_seg,
+                   dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
+                   score_mods=score_mods)  # fmt: skip
 
 
 def _compacted(
@@ -210,7 +214,7 @@ def _compacted(
         seen = ~padded[:, None, None, :]  # (b, 1, 1, S): positions do not matter
         empty = ~seen.any(-1, keepdim=True)
         out = sdpa(queries, keys, values, seen | empty, dropout_p=options.dropout_p,
-                   sink_logits=options.sink_logits)  # fmt: skip
+                   scale=options.scale, sink_logits=options.sink_logits)  # fmt: skip
         return out.masked_fill(empty | padded_rows, 0.0)
     order, inverse = compact(padded)  # (b, T) each
     queries, keys, values = (gather_tokens(t, order) for t in (queries, keys, values))
@@ -234,6 +238,7 @@ def _masked(
     k_seg: Tensor | None,
     *,
     dropout_p: float,
+    scale: float | None,
     sink_logits: Tensor | None,
     score_mods: Sequence[ScoreMod],
 ) -> Tensor:
@@ -247,7 +252,9 @@ def _masked(
     if score_mods:
         heads = (queries.shape[0], queries.shape[1])
         mask = bias_mask(mask, score_mods, q_pos, k_pos, heads, queries.dtype)
-    context_vec = sdpa(queries, keys, values, mask, dropout_p=dropout_p, sink_logits=sink_logits)
+    context_vec = sdpa(
+        queries, keys, values, mask, dropout_p=dropout_p, scale=scale, sink_logits=sink_logits
+    )
     return context_vec.masked_fill(empty, 0.0)
 
 
@@ -309,6 +316,7 @@ def cross_attention(
     key_segments: Tensor | None = None,
     *,
     dropout_p: float = 0.0,
+    scale: float | None = None,
 ) -> Tensor:
     """Queries of one sequence over the keys of another: only the keys' padding is hidden.
 
@@ -326,10 +334,10 @@ def cross_attention(
         `(b, h, T, d_v)`.
     """
     if key_segments is None:
-        return sdpa(queries, keys, values, dropout_p=dropout_p)
+        return sdpa(queries, keys, values, dropout_p=dropout_p, scale=scale)
     mask = (key_segments >= 0)[:, None, None, :]  # (b, 1, 1, S)
     empty = ~mask.any(-1, keepdim=True)  # (b, 1, 1, 1): no real key: any row, then 0
-    context_vec = sdpa(queries, keys, values, mask | empty, dropout_p=dropout_p)
+    context_vec = sdpa(queries, keys, values, mask | empty, dropout_p=dropout_p, scale=scale)
     return context_vec.masked_fill(empty, 0.0)
 
 
@@ -367,6 +375,7 @@ def sdpa(
     *,
     is_causal: bool = False,
     dropout_p: float = 0.0,
+    scale: float | None = None,
     sink_logits: Tensor | None = None,
 ) -> Tensor:
     r"""The one call of the kernel: `mask` bool (True = may attend, SDPA's convention) or float.
@@ -380,8 +389,8 @@ def sdpa(
     if sink_logits is not None:  # the planner hands a sink its mask, never is_causal
         queries, keys, values, mask = with_sink(queries, keys, values, mask, sink_logits)
     return F.scaled_dot_product_attention(
-        queries, keys, values, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-        enable_gqa=gqa,
+        queries, keys, values, attn_mask=mask, dropout_p=dropout_p, scale=scale,
+        is_causal=is_causal, enable_gqa=gqa,
     )  # fmt: skip
 
 
@@ -393,6 +402,7 @@ def sliding_window_attention(
     *,
     segments: Tensor | None = None,
     dropout_p: float = 0.0,
+    scale: float | None = None,
     sink_logits: Tensor | None = None,
     score_mods: Sequence[ScoreMod] = (),
 ) -> Tensor:
@@ -447,7 +457,7 @@ def sliding_window_attention(
         if segments is not None:
             q_seg, k_seg = segments[:, lo:hi], segments.index_select(1, keep)
         out[:, :, lo:hi] = _masked(queries[:, :, lo:hi], k, v, rule, q_pos, keep, q_seg, k_seg,
-                                   dropout_p=dropout_p, sink_logits=sink_logits,
+                                   dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
                                    score_mods=score_mods)  # fmt: skip
     return out
 

@@ -187,6 +187,8 @@ class MultiHeadAttention(nn.Module):
             `window` and `sinks`.
         score_mods: [`ScoreMod`][attention.score_mods.ScoreMod]s or `score_mod` functions
             `fn(score, b, h, q_idx, kv_idx) -> score`, applied in order to the scaled scores.
+        scale: what $q \cdot k$ is multiplied by; default $1 / \sqrt{d_h}$ (Gemma 2 and
+            Granite use their own).
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
@@ -256,6 +258,7 @@ class MultiHeadAttention(nn.Module):
         vdim: int | None = None,
         mask: Mask | Callable[..., Tensor] | None = None,
         score_mods: Sequence[ScoreMod | Callable[..., Tensor]] = (),
+        scale: float | None = None,
     ) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
@@ -264,9 +267,10 @@ class MultiHeadAttention(nn.Module):
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
         self.rule = _rule(causal, window, sinks, mask)
         self.score_mods = as_score_mods(score_mods)
+        self.scale = None if scale is None else _check_scale(scale)
         # a score modifier without an additive form: no fused kernel can take it
         self._explicit_only = any(mod.bias is None for mod in self.score_mods)
-        _probe(self.rule, self.score_mods, num_heads)
+        self._unprobed = True  # the mask and modifiers are tried at the first call
         causal = self.rule.bounds.causal
         if (self.kdim, self.vdim) != (d_in, d_in) and (causal or rope or sink_logit):
             raise ValueError(
@@ -464,6 +468,9 @@ class MultiHeadAttention(nn.Module):
             `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
             `(batch, num_heads, num_tokens, num_keys)` with `need_weights`, else None.
         """
+        if self._unprobed:  # the first call: try the mask and modifiers on this device
+            _probe(self.rule, self.score_mods, self.num_heads, x.device)
+            self._unprobed = False
         b, num_tokens, _ = x.shape
         start = 0 if cache is None else cache.length  # the chunk's first slot
         queries, keys, values = self.project(x, start, positions)  # (b, h | h_kv, T, d_h)
@@ -490,14 +497,14 @@ class MultiHeadAttention(nn.Module):
                 queries, keys, values, self.rule, padded=padded,
                 q_seg=None if documents is None else documents.long(),
                 k_seg=None if documents is None else documents.long(), dropout_p=dropout_p,
-                sink_logits=self.sink_logits, score_mods=self.score_mods,
+                sink_logits=self.sink_logits, score_mods=self.score_mods, scale=self.scale,
             ), None  # fmt: skip
         else:
             context_vec, attn_weights = fused_attention(
                 queries, keys, values, self.rule, start=start,
                 q_pos=positions if k_pos is not None and k_pos.ndim == 2 else None,
                 k_pos=k_pos, q_seg=seg, k_seg=k_seg, dropout_p=dropout_p,
-                sink_logits=self.sink_logits, score_mods=self.score_mods,
+                sink_logits=self.sink_logits, score_mods=self.score_mods, scale=self.scale,
             ), None  # fmt: skip
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
@@ -556,8 +563,9 @@ class MultiHeadAttention(nn.Module):
             context_vec, attn_weights = self._explicit(queries, keys, values, hidden)
         else:
             dropout_p = self.dropout.p if self.training else 0.0
-            context_vec, attn_weights = cross_attention(queries, keys, values, key_seg,
-                                                        dropout_p=dropout_p), None  # fmt: skip
+            context_vec = cross_attention(queries, keys, values, key_seg, dropout_p=dropout_p,
+                                          scale=self.scale)  # fmt: skip
+            attn_weights = None
         context_vec = context_vec.transpose(1, 2).reshape(
             b, num_tokens, self.d_out
         )  # (b, T, d_out)
@@ -805,7 +813,8 @@ class MultiHeadAttention(nn.Module):
         if self.score_mods and q_pos is not None and k_pos is not None:
             score_mod = _bind(self.score_mods, q_pos, k_pos, queries.shape[0], self.num_heads)
         return explicit_attention(queries, keys, values, mask, dropout=self.dropout,
-                                  sink_logits=sink, score_mod=score_mod)  # fmt: skip
+                                  sink_logits=sink, score_mod=score_mod,
+                                  scale=self.scale)  # fmt: skip
 
     def extra_repr(self) -> str:
         """Shown by `print(module)`: what is not visible in the submodules."""
@@ -818,6 +827,8 @@ class MultiHeadAttention(nn.Module):
             options.append(f"mask={self.rule!r}")
         if self.score_mods:
             options.append(f"score_mods={list(self.score_mods)}")
+        if self.scale is not None:
+            options.append(f"scale={self.scale:g}")
         if self.rope:
             options.append(f"rope_base={self.rope_base:g}")
         return ", ".join(options)
@@ -890,19 +901,29 @@ def _rule(causal: bool | None, window: int | None, sinks: int, mask: object) -> 
     return from_flags(True, None, 0) & rule if causal else rule
 
 
-def _probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int) -> None:
-    """Call the mask and each score modifier once on four positions: a broken one fails here.
+def _check_scale(scale: object) -> float:
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < math.inf:
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    return float(scale)
+
+
+def _probe(
+    rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, device: torch.device
+) -> None:
+    """Call the mask and each score modifier once on four positions, on the input's device:
+    a broken one fails here, at a layer's first call, by name (NaN is looked for off `meta`).
 
     Raises:
         TypeError: a function that raises, or returns the wrong kind of tensor.
         ValueError: a result of the wrong shape, a NaN, or a `bias` that is not `fn - score`.
     """
-    pos = torch.arange(4)
+    pos = torch.arange(4, device=device)
     evaluate(rule, pos, pos, num_heads=num_heads)  # raises, naming the mask
-    b = torch.zeros(1, 1, 1, 1, dtype=torch.long)
-    h = torch.arange(num_heads).view(1, -1, 1, 1)
+    b = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+    h = torch.arange(num_heads, device=device).view(1, -1, 1, 1)
     q, kv = pos.view(1, 1, 4, 1), pos.view(1, 1, 1, 4)
-    score = torch.linspace(-3.0, 3.0, 16).view(1, 1, 4, 4).expand(1, num_heads, 4, 4)
+    score = torch.linspace(-3.0, 3.0, 16, device=device).view(1, 1, 4, 4)
+    score = score.expand(1, num_heads, 4, 4)
     for i, mod in enumerate(score_mods):
         name = f"score_mods[{i}] ({mod.name})"
         try:
@@ -918,6 +939,8 @@ def _probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int) -> None:
         if out.shape != score.shape:
             raise ValueError(f"{name} must return the scores' shape {tuple(score.shape)}, got "
                              f"{tuple(out.shape)}")  # fmt: skip
+        if device.type == "meta":
+            continue
         if bool(out.isnan().any()):
             raise ValueError(f"{name} turned finite scores into NaN")
         if mod.bias is not None and not torch.allclose(

@@ -246,7 +246,8 @@ def reference_attention(
             seen = torch.tensor([[sees(row, head, i, j) for j in range(n)] for i in range(n)])
             seen[pad[row]] = False  # a padded query attends to nothing: zero
             g = head // group
-            scores = q[row, head] @ k[row, g].T / math.sqrt(d)  # (n, n)
+            scale = 1 / math.sqrt(d) if mha.scale is None else mha.scale
+            scores = q[row, head] @ k[row, g].T * scale  # (n, n)
             if mha.score_mods:
                 scores = torch.stack([
                     torch.stack([modified(scores[i, j], row, head, i, j) for j in range(n)])

@@ -62,6 +62,7 @@ Examples:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -73,7 +74,9 @@ from torch import Tensor, nn
 
 from attention.checks import check_size, check_tensor
 from attention.gpt import GPTModel, LayerNorm
+from attention.masks import from_flags
 from attention.multihead import MultiHeadAttention
+from attention.softcap import softcap
 
 __all__ = [
     "GPT2_HEADS",
@@ -660,6 +663,8 @@ class _Llama(NamedTuple):
     bias: bool  # attention_bias: every projection has a bias
     context_length: int
     dropout: float
+    scale: float | None  # Gemma 2's query_pre_attn_scalar ** -0.5, Granite's multiplier
+    softcap: float | None  # Gemma 2's attn_logit_softcapping
 
 
 def _rope_theta(config: Mapping[str, Any]) -> float:
@@ -688,10 +693,23 @@ def _config_dict(config: object) -> Mapping[str, Any]:
     return config
 
 
+def _layer_types(config: Mapping[str, Any]) -> list[str] | None:
+    """Each layer's attention: the config's `layer_types`, or Qwen2's older way of saying it
+    (`use_sliding_window`, and a window only from layer `max_window_layers` on)."""
+    types = config.get("layer_types")
+    if types or "max_window_layers" not in config:
+        return list(types) if types else None
+    layers = check_size("num_hidden_layers", config.get("num_hidden_layers"))
+    windowed = bool(config.get("use_sliding_window")) and config.get("sliding_window") is not None
+    first = check_size("max_window_layers", config["max_window_layers"], minimum=0)
+    return ["sliding_attention" if windowed and i >= first else "full_attention"
+            for i in range(layers)]  # fmt: skip
+
+
 def _window(config: Mapping[str, Any], layer: int | None) -> int | None:
     """The layer's sliding window: Mistral's, for every layer; or per layer (`layer_types`,
     Qwen2's and Gemma's), which needs the layer's index."""
-    types = config.get("layer_types")
+    types = _layer_types(config)
     if not types:
         window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
         return None if window is None else check_size("sliding_window", window)
@@ -727,11 +745,52 @@ def _llama(config: object, context_length: int | None, layer: int | None = None)
         raise ValueError("config has no max_position_embeddings: pass context_length")
     kv_heads = config.get("num_key_value_heads")
     kv_heads = heads if kv_heads is None else check_size("num_key_value_heads", kv_heads)
+    _refuse_unsupported(config)
     return _Llama(
         hidden, heads, kv_heads, head_dim, _rope_theta(config), _window(config, layer),
         bool(config.get("attention_bias", False)), check_size("context_length", context),
-        float(config.get("attention_dropout", 0.0)),
+        float(config.get("attention_dropout", 0.0)), _scale(config, head_dim),
+        _positive(config, "attn_logit_softcapping"),
     )  # fmt: skip
+
+
+def _positive(config: Mapping[str, Any], key: str) -> float | None:
+    """`config[key]` as a finite number above 0, or None where it is absent or None."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"config's {key} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _scale(config: Mapping[str, Any], head_dim: int) -> float | None:
+    """What q.k is multiplied by, where the config says other than 1 / sqrt(head_dim)."""
+    multiplier = _positive(config, "attention_multiplier")  # Granite: the scale itself
+    scalar = _positive(config, "query_pre_attn_scalar")  # Gemma 2: scale = scalar ** -0.5
+    if multiplier is not None and scalar is not None:
+        raise ValueError("config has both attention_multiplier and query_pre_attn_scalar")
+    scale = multiplier if scalar is None else scalar**-0.5
+    return None if scale is None or math.isclose(scale, head_dim**-0.5) else scale
+
+
+# Settings of the Llama family that change the attention in ways this layer does not express:
+# each is refused by name (unless neutral) rather than silently ignored.
+_UNSUPPORTED = {
+    "clip_qkv": "OLMo's clip_qkv (queries, keys and values clamped)",
+    "use_qk_norm": "a norm on the queries and keys (use_qk_norm)",
+    "attn_temperature_tuning": "Llama 4's attention temperature tuning",
+    "use_bidirectional_attention": "bidirectional attention (use_bidirectional_attention)",
+}
+
+
+def _refuse_unsupported(config: Mapping[str, Any]) -> None:
+    found = [why for key, why in _UNSUPPORTED.items() if config.get(key) not in (None, False)]
+    if str(config.get("model_type", "")).startswith("cohere"):
+        found.append("Cohere's interleaved RoPE (model_type cohere)")
+    if found:
+        raise ValueError(f"config sets {'; '.join(found)}: MultiHeadAttention does not "
+                         "compute that, so it cannot hold this layer")  # fmt: skip
 
 
 def _llama_slots(
@@ -803,10 +862,12 @@ def attention_from_llama(
     name, like = next(iter(state.items()))
     like = check_tensor(prefix + name, like, floating=True)
     qkv_bias = spec.bias or "q_proj.bias" in state  # Qwen2: biases on q, k, v only
+    mods = [] if spec.softcap is None else [softcap(spec.softcap)]
     att = _uninitialised(lambda: MultiHeadAttention(
         spec.hidden_size, spec.hidden_size, spec.context_length, spec.dropout, spec.num_heads,
         qkv_bias, num_kv_heads=spec.num_kv_heads, window=spec.window, rope=True,
-        rope_base=spec.rope_theta), like.dtype, like.device)  # fmt: skip
+        rope_base=spec.rope_theta, score_mods=mods, scale=spec.scale), like.dtype,
+        like.device)  # fmt: skip
     slots = _llama_slots(att, o_bias=spec.bias or "o_proj.bias" in state)
     unknown = sorted(prefix + key for key in state if key not in {s[0] for s in slots})
     missing = [f"{prefix}{key} {shape}" for key, _, shape in slots if key not in state]
@@ -830,6 +891,8 @@ def _check_llama_like(att: object) -> MultiHeadAttention:
     reasons = [why for why, bad in [
         ("not causal", not att.causal), ("no RoPE (rope=False)", not att.rope),
         ("attention sinks (sinks)", att.sinks > 0), ("sink logits", att.sink_logits is not None),
+        ("score modifiers", bool(att.score_mods)), (f"scale={att.scale}", att.scale is not None),
+        (f"mask {att.rule!r}", att.rule != from_flags(True, att.window, 0)),
         (f"d_in={att.d_in} != d_out={att.d_out}", att.d_in != att.d_out)] if bad]  # fmt: skip
     if reasons:
         raise ValueError(

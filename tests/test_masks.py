@@ -211,8 +211,10 @@ def test_documents_mask_equals_document_ids() -> None:
 def test_a_hostile_user_gets_named_errors(
     kwargs: dict[str, object], error: type, match: str
 ) -> None:
+    """At construction, or at the first call, where the functions are tried on its device."""
     with pytest.raises(error, match=match):
-        MultiHeadAttention(D_IN, H * HEAD_DIM, T, 0.0, H, **kwargs)  # type: ignore[arg-type]
+        mha = MultiHeadAttention(D_IN, H * HEAD_DIM, T, 0.0, H, **kwargs)  # type: ignore[arg-type]
+        mha(torch.randn(1, T, D_IN))
 
 
 def test_a_mask_of_another_batch_or_length_is_named_at_the_call() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ from torch import Tensor, nn
 from attention import MultiHeadAttention
 from attention.generation import generate
 from attention.gpt import GPTModel
+from attention.testing import reference_attention
 from attention.weights import (
     attention_from_llama,
     attention_to_llama,
@@ -576,3 +578,90 @@ def test_a_layer_of_a_model_whose_layers_differ(transformers: ModuleType) -> Non
         ValueError, match=r"config has no max_position_embeddings: pass context_length"
     ):
         attention_from_llama(state, {**bad, "num_key_value_heads": 2})
+
+
+# --- other layers of the Llama family: what the masks and score modifiers express ---
+
+FAMILY = {
+    "gemma2": ("Gemma2Config", "Gemma2Attention", {
+        "head_dim": 8, "query_pre_attn_scalar": 20, "attn_logit_softcapping": 2.0,
+        "sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]}),
+    "granite": ("GraniteConfig", "GraniteAttention", {"attention_multiplier": 0.9}),
+}  # fmt: skip
+
+
+def family_layer(transformers: ModuleType, kind: str, layer_idx: int) -> tuple[Any, Any]:
+    config_name, class_name, extra = FAMILY[kind]
+    config = getattr(transformers, config_name)(**{**LLAMA, "num_hidden_layers": 2,
+                                                   "attn_implementation": "eager", **extra})  # fmt: skip
+    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    torch.manual_seed(3)
+    layer = getattr(module, class_name)(config, layer_idx=layer_idx).double().eval()
+    return layer, config
+
+
+def eager_forward(layer: Any, x: Tensor, window: int | None) -> Tensor:
+    """`layer(x)` with float64 RoPE and an additive causal (windowed) mask made here."""
+    num_tokens, d = x.shape[1], layer.head_dim
+    theta = layer.config.rope_parameters["rope_theta"]
+    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = torch.arange(num_tokens, dtype=torch.float64)[None, :, None] * inv_freq
+    angles = torch.cat((angles, angles), dim=-1)
+    i, j = torch.arange(num_tokens)[:, None], torch.arange(num_tokens)[None, :]
+    seen = (j <= i) & ((i - j < window) if window else True)
+    mask = torch.zeros(num_tokens, num_tokens, dtype=torch.float64).masked_fill(~seen, -math.inf)
+    with torch.no_grad():
+        out: Tensor = layer(x, position_embeddings=(angles.cos(), angles.sin()),
+                            attention_mask=mask[None, None])[0]  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize(("kind", "layer_idx", "window"),
+                         [("gemma2", 0, 4), ("gemma2", 1, None), ("granite", 0, None)])  # fmt: skip
+def test_gemma2_and_granite_layers_load_with_their_scale_cap_and_windows(
+    transformers: ModuleType, kind: str, layer_idx: int, window: int | None
+) -> None:
+    layer, config = family_layer(transformers, kind, layer_idx)
+    att = attention_from_llama(layer.state_dict(), config, layer=layer_idx)
+    assert att.window == window
+    x = torch.randn(2, 10, 64, dtype=torch.float64)
+    with torch.no_grad():
+        ours = att(x)
+    torch.testing.assert_close(ours, reference_attention(att, x), atol=1e-10, rtol=0)
+    # Hugging Face's eager attention takes its softmax in float32, whatever the dtype
+    torch.testing.assert_close(ours, eager_forward(layer, x, window), atol=1e-6, rtol=0)
+    with pytest.raises(
+        ValueError, match=r"a Llama/Mistral attention layer .*att has (score|scale)"
+    ):
+        attention_to_llama(att)  # Llama's keys cannot say it
+
+
+def test_a_qwen2_config_json_without_layer_types() -> None:
+    """Qwen2's older config.json: a window only from layer max_window_layers on."""
+    config = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 3, "sliding_window": 4, "use_sliding_window": True,
+              "max_window_layers": 1, "max_position_embeddings": 64}  # fmt: skip
+    state = {f"{n}_proj.weight": torch.randn(16 if n in "kv" else 32, 32) for n in "qkvo"}
+    assert attention_from_llama(state, config, layer=0).window is None
+    assert attention_from_llama(state, config, layer=2).window == 4
+    off = {**config, "use_sliding_window": False}
+    assert attention_from_llama(state, off).window is None  # every layer full
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [({"clip_qkv": 8.0}, r"OLMo's clip_qkv"), ({"model_type": "cohere"}, r"Cohere's interleaved RoPE"),
+     ({"use_qk_norm": True}, r"a norm on the queries and keys"),
+     ({"attn_logit_softcapping": -1.0}, r"attn_logit_softcapping must be a finite number > 0"),
+     ({"attention_multiplier": 0.5, "query_pre_attn_scalar": 16}, r"both attention_multiplier")],
+)  # fmt: skip
+def test_settings_it_cannot_express_are_refused_by_name(
+    setting: dict[str, Any], named: str
+) -> None:
+    config = {"hidden_size": 32, "num_attention_heads": 4, "max_position_embeddings": 64, **setting}
+    state = {f"{n}_proj.weight": torch.randn(32, 32) for n in "qkvo"}
+    with pytest.raises(ValueError, match=named):
+        attention_from_llama(state, config)
+    neutral = {**config, **dict.fromkeys(setting)}  # each set to None: loads
+    neutral.pop("model_type", None)
+    assert attention_from_llama(state, neutral).scale is None
