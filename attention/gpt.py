@@ -174,17 +174,18 @@ class TransformerBlock(nn.Module):
         padded: Tensor | None = None,
         documents: Tensor | None = None,
         positions: Tensor | None = None,
+        angles: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; the model checked its inputs.
 
         `padded` (`(b, T)`, True = padding), `documents` (each token's document) and
         `positions` (each row's own, padding excluded) are given for a padded or packed
-        batch, as `MultiHeadAttention.attend` takes them.
+        batch, and `angles` (RoPE's cos and sin, made once by the model), as
+        `MultiHeadAttention.attend` takes them.
         """
         shortcut = x
-        x = self.att.attend(
-            self.norm1(x), cache, padded=padded, documents=documents, positions=positions
-        )[0]  # (b, T, emb_dim)
+        x = self.att.attend(self.norm1(x), cache, padded=padded, documents=documents,
+                            positions=positions, angles=angles)[0]  # (b, T, emb_dim)  # fmt: skip
         if self.training:  # dropout is the identity in eval: a decode step skips the call
             x = self.drop_shortcut(x)
         x = x + shortcut
@@ -233,6 +234,9 @@ class GPTModel(nn.Module):
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 _store_transposed(module)
+        self.rotary = self.blocks[0].att.rotary  # RoPE: one table for every block
+        for block in self.blocks:
+            block.att.rotary = self.rotary
 
     @property
     def blocks(self) -> list[TransformerBlock]:
@@ -359,9 +363,12 @@ class GPTModel(nn.Module):
         x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
         if pad is not None:  # a padded token is never read: its input is zero
             x = x.masked_fill(pad[..., None], 0.0)
+        angles = None  # RoPE's cos and sin at these positions: once, for every block
+        if self.rotary is not None:
+            angles = self.rotary.at(start, in_idx.shape[1], positions, x.device, x.dtype)
         for i, block in enumerate(self.trf_blocks):
             x = block(x, None if caches is None else caches[i], padded=pad,
-                      documents=document_ids, positions=positions)  # (b, T, emb_dim)  # fmt: skip
+                      documents=document_ids, positions=positions, angles=angles)  # fmt: skip
         if last_only:
             x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)

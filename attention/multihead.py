@@ -39,7 +39,7 @@ from attention.checks import (
 from attention.core import causal_mask, explicit_attention
 from attention.fused import cross_attention, fused_attention, visible
 from attention.masks import Mask, as_mask, chunk_mask, evaluate, from_flags, segments
-from attention.positions import RotaryTable, rope_frequencies
+from attention.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.score_mods import ScoreMod, as_score_mods
 
 __all__ = ["MultiHeadAttention", "MultiHeadAttentionWrapper"]
@@ -447,6 +447,7 @@ class MultiHeadAttention(nn.Module):
         padded: Tensor | None = None,
         documents: Tensor | None = None,
         positions: Tensor | None = None,
+        angles: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """The forward's computation, without its checks: for callers that made them.
@@ -462,6 +463,8 @@ class MultiHeadAttention(nn.Module):
             positions: `(batch, num_tokens)` each row's own positions, padding excluded
                 ([`next_positions`][attention.cache.next_positions]); None while they are the
                 slots `start ...` for every row.
+            angles: RoPE's `(cos, sin)` at those positions, made once by the model for every
+                layer ([`RotaryTable.at`][attention.positions.RotaryTable.at]); None: made here.
             need_weights: also return the weights (explicit path).
 
         Returns:
@@ -473,7 +476,7 @@ class MultiHeadAttention(nn.Module):
             self._unprobed = False
         b, num_tokens, _ = x.shape
         start = 0 if cache is None else cache.length  # the chunk's first slot
-        queries, keys, values = self.project(x, start, positions)  # (b, h | h_kv, T, d_h)
+        queries, keys, values = self.project(x, start, positions, angles)  # (b, h | h_kv, T, d_h)
         seg = None if padded is None and documents is None else segments(padded, documents)
         k_pos: Tensor | None = None
         k_seg: Tensor | None = seg
@@ -656,7 +659,11 @@ class MultiHeadAttention(nn.Module):
         return keys, values, seg
 
     def project(
-        self, x: Tensor, start: int = 0, positions: Tensor | None = None
+        self,
+        x: Tensor,
+        start: int = 0,
+        positions: Tensor | None = None,
+        angles: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values split into heads, rotated (RoPE) at positions `start ...`.
 
@@ -664,6 +671,7 @@ class MultiHeadAttention(nn.Module):
             x: `(batch, num_tokens, d_in)`.
             start: the first token's position.
             positions: or `(batch, num_tokens)`, each row's own positions.
+            angles: RoPE's `(cos, sin)` at those positions, if the model made them.
 
         Returns:
             `(queries, keys, values)`: `(b, h, T, d_h)`, `(b, h_kv, T, d_h)`, `(b, h_kv, T, d_h)`.
@@ -679,8 +687,9 @@ class MultiHeadAttention(nn.Module):
             values.transpose(1, 2),
         )
         if self.rotary is not None:  # turn each query and key by m * theta_i, m = start, ...
-            queries = self.rotary.rotate(queries, start, positions)
-            keys = self.rotary.rotate(keys, start, positions)
+            if angles is None:  # the model made none: this chunk's own
+                angles = self.rotary.at(start, num_tokens, positions, x.device, x.dtype)
+            queries, keys = rotate_with(queries, angles), rotate_with(keys, angles)
         return queries, keys, values
 
     def scores(self, x: Tensor) -> Tensor:

@@ -48,6 +48,7 @@ __all__ = [
     "rope_angles",
     "rope_frequencies",
     "rotate_half",
+    "rotate_with",
     "sinusoidal_positions",
 ]
 
@@ -175,6 +176,17 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + _rotate_half(x) * sin  # the checks were made by the caller
 
 
+def rotate_with(x: Tensor, angles: tuple[Tensor, Tensor]) -> Tensor:
+    """`x` rotated by angles already made ([`RotaryTable.at`][attention.positions.RotaryTable.at]).
+
+    Inner function: nothing is checked; the angles are cast to `x`'s dtype (autocast).
+    """
+    cos, sin = angles
+    if cos.dtype != x.dtype:
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return x * cos + _rotate_half(x) * sin
+
+
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     r"""Rotate each rotate-half pair of `x` by its position's angle.
 
@@ -272,6 +284,7 @@ class RotaryTable:
         self.limit = limit  # the table covers positions below this; later ones are computed
         self.head_dim, self.base = head_dim, base
         self._tables: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
+        self._theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h / 2,)
 
     def angles(
         self, start: int, num_tokens: int, device: torch.device, dtype: torch.dtype
@@ -279,8 +292,8 @@ class RotaryTable:
         """`(cos, sin)` at positions `start ... start + num_tokens - 1`, `(num_tokens, d_h)`."""
         end = start + num_tokens
         if end > self.limit:  # far positions (unbounded generation): this chunk's only
-            return rope_angles(num_tokens, self.head_dim, self.base, offset=start,
-                               device=device, dtype=dtype)  # fmt: skip
+            cos, sin = self._far(torch.arange(start, end, dtype=torch.float64), device, dtype)
+            return cos, sin  # (T, d_h)
         table = self._tables.get((device, dtype))
         if table is None or table[0].shape[0] < end:
             size = max(256, 1 << max(end - 1, 1).bit_length())
@@ -294,24 +307,43 @@ class RotaryTable:
         Args:
             x: queries or keys.
             start: the first token's slot.
-            positions: `(b, T)` each row's own positions (left padding skipped; a padded
-                token's may be negative, and is taken as 0), none beyond its slot
-                `start + t`; or None for the slots themselves.
+            positions: `(b, T)` each row's own positions (padding skipped; a padded token's
+                may be negative, and is taken as 0), none beyond its slot `start + t`; or
+                None for the slots themselves.
         """
-        num_tokens = x.shape[-2]
-        if positions is None:
-            cos, sin = self.angles(start, num_tokens, x.device, x.dtype)  # (T, d_h)
-        else:
-            cos, sin = self._angles_at(positions.clamp(min=0), start + num_tokens, x.dtype)
+        cos, sin = self.at(start, x.shape[-2], positions, x.device, x.dtype)
         return _rope(x, cos, sin)
+
+    def at(
+        self,
+        start: int,
+        num_tokens: int,
+        positions: Tensor | None,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> tuple[Tensor, Tensor]:
+        """`(cos, sin)` for a chunk: `(T, d_h)` at `start ...`, or `(b, 1, T, d_h)` at `positions`.
+
+        What a model computes once per call and hands to every layer
+        ([`rotate_with`][attention.positions.rotate_with]).
+        """
+        if positions is None:
+            return self.angles(start, num_tokens, device, dtype)  # (T, d_h)
+        return self._angles_at(positions.clamp(min=0), start + num_tokens, dtype)
 
     def _angles_at(self, positions: Tensor, end: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """`(cos, sin)` at `positions` `(b, T)`, all below `end`: `(b, 1, T, d_h)`."""
         if end <= self.limit:  # rows of the table
             cos, sin = self.angles(0, end, positions.device, dtype)
             return cos[positions][:, None], sin[positions][:, None]
-        theta = rope_frequencies(self.head_dim, self.base, dtype=torch.float64)
-        angles = positions.to(device=theta.device, dtype=torch.float64)[..., None] * theta
-        angles = torch.cat((angles, angles), dim=-1)[:, None]  # (b, 1, T, d_h)
-        return (angles.cos().to(positions.device, dtype),
-                angles.sin().to(positions.device, dtype))  # fmt: skip
+        cos, sin = self._far(positions, positions.device, dtype)  # (b, T, d_h)
+        return cos[:, None], sin[:, None]  # (b, 1, T, d_h)
+
+    def _far(
+        self, positions: Tensor, device: torch.device, dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor]:
+        """`(cos, sin)` of positions beyond the table, computed in float64 as the table is."""
+        theta = self._theta.to(device)  # no host synchronisation: positions stay where they are
+        angles = positions.to(device, torch.float64)[..., None] * theta  # (..., d_h / 2)
+        angles = torch.cat((angles, angles), dim=-1)  # (..., d_h): pair (i, i + d_h/2)
+        return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
