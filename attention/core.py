@@ -237,6 +237,10 @@ def explicit_attention(
         # attend to everything here, and zero its weights afterwards.
         fully_masked = mask.all(dim=-1, keepdim=True)  # (..., n_q, 1)
         attn_scores = attn_scores.masked_fill(mask & ~fully_masked, float("-inf"))
+    if score_mod is not None:  # a modifier may hide keys too (-inf): a row left with none
+        dead = attn_scores.isneginf().all(dim=-1, keepdim=True)  # is empty, as if masked
+        attn_scores = attn_scores.masked_fill(dead, 0.0)
+        fully_masked = dead if fully_masked is None else fully_masked | dead
     # alpha = softmax(omega / sqrt(d_k) + M), each row sums to 1 (in the scores' float32 for
     # float16/bfloat16 inputs, then cast back)
     if sink_logits is None:

@@ -12,7 +12,7 @@ the shape of the call, never a mask's name or a layer's flags:
 | every pair certainly visible, one segment | no mask |
 | keys `0 .. end - 1` in order, exactly causal on them, from position 0 | `is_causal` |
 | one query, and it certainly sees every key it is given (decode, a ring's window) | no mask |
-| causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $r$ queries over $\le 2r$ keys (and the anchors), each with its own mask |
+| causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $B = \max(r, 64)$ queries over $\le B + r$ keys (and the anchors), each with its own mask |
 | anything else | the mask evaluated at these positions (`(T, S)`, or per row) |
 
 Padding never reaches the table: a padded batch's rows are first **compacted** (each row's
@@ -62,12 +62,17 @@ class _Options(NamedTuple):
     score_mods: tuple[ScoreMod, ...]
 
 
+MIN_BLOCK = 64
+"""The fewest queries a block of the blocked path holds: below, the calls cost more than the
+keys they skip (a window of 1 at T = 4,096, d 64, 8 heads, 2 CPU threads: 237 ms in blocks of
+1, 10 ms in blocks of 64, against 51 ms for plain causal attention)."""
+
 _EXPLICIT = Plan("explicit", "a score modifier without an additive form")
 _EVERYTHING = Plan("none", "every pair is certainly visible")
 _DECODE = Plan("none", "one query, keys 0 .. end - 1, exactly causal on them")
 _CAUSAL = Plan("is_causal", "queries from 0, keys 0 .. T - 1, exactly causal on them")
 _RING = Plan("none", "one query that certainly sees every key the ring keeps")
-_BLOCKED = Plan("blocked", "causal with reach r < T, queries from 0: blocks of r queries")
+_BLOCKED = Plan("blocked", "causal, reach r < T, queries from 0: blocks of max(r, 64) queries")
 _MASK = Plan("mask", "anything else: the mask evaluated at these positions")
 PLANS = (_EXPLICIT, _EVERYTHING, _DECODE, _CAUSAL, _RING, _BLOCKED, _MASK)
 """Every decision the planner can make, in the order it tries them."""
@@ -410,9 +415,9 @@ def sliding_window_attention(
 
     The mask's bounds say a query $i$ sees no key $j$ with $i - j \ge r$ except the
     anchors $j < a$ (a window's $r = w$, its sinks' $a = k$). The queries are cut into blocks
-    of $r$; block $n$ (queries $nr \dots nr + r - 1$) can only see keys
-    $nr - r + 1 \dots nr + r - 1$ and the anchors, so each block meets at most $2r + a$ keys
-    under its own mask, evaluated from the mask's function. Nothing $T \times T$ is built, no
+    of $B = \max(r, 64)$; block $n$ (queries $nB \dots nB + B - 1$) can only see keys
+    $nB - r + 1 \dots nB + B - 1$ and the anchors, so each block meets at most $B + r + a$
+    keys under its own mask, evaluated from the mask's function. Nothing $T \times T$ is built, no
     copy of the keys is made (without anchors), and the memory beyond the output is one
     block's.
 
@@ -444,8 +449,9 @@ def sliding_window_attention(
     num_tokens = queries.shape[-2]
     out = queries.new_empty(*queries.shape[:-1], values.shape[-1])  # (b, h, T, d_v)
     device = queries.device
-    for lo in range(0, num_tokens, reach):
-        hi = min(lo + reach, num_tokens)  # queries lo .. hi - 1
+    size = max(reach, MIN_BLOCK)  # a tiny window: fewer, larger calls
+    for lo in range(0, num_tokens, size):
+        hi = min(lo + size, num_tokens)  # queries lo .. hi - 1
         first = max(lo - reach + 1, 0)  # the first key any of them sees (anchors aside)
         keep = torch.arange(first, hi, device=device)  # the keys' positions
         before = min(anchor, first)  # anchors 0 .. before - 1 lie before the slice

@@ -452,17 +452,17 @@ def _check_prompt(model: GPTModel, idx: object) -> Tensor:
 
 
 def _check_mask(model: GPTModel, attention_mask: object, ids: Tensor) -> Tensor | None:
-    """The mask, or None where it marks no padding; refused unless each row ends with a token."""
+    """The mask, or None where it marks no padding; refused unless the padding is on the left."""
     if attention_mask is None:
         return None
     mask = check_attention_mask(attention_mask, ids.shape, ids.device)
     if not ids.numel() or bool(mask.all()):
         return None
-    if not bool(mask[:, -1].all()):
+    if not bool((mask[:, 1:] >= mask[:, :-1]).all() and mask[:, -1].all()):
         raise ValueError(
-            "attention_mask must end each row with a token (a 1 in the last column), the one "
-            "the next is written after: pad on the left, or between tokens (pad_prompts "
-            "makes such a batch)"
+            "attention_mask must pad on the left: each row's 0s before its 1s, and a token in "
+            "the last column (pad_prompts makes such a batch); the window generate crops to "
+            "counts columns, so padding between tokens would shorten a row's context"
         )
     return mask
 

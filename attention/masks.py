@@ -196,6 +196,12 @@ class Mask:
                     f"{_wrap(left, '&')} | {_wrap(right, '&')}",
                     left.bounds.either(right.bounds), ("|", left.key, right.key))  # fmt: skip
 
+    def __rand__(self, other: object) -> Mask:  # a plain mask_mod & a Mask
+        return as_mask(other, "the left side of &") & self
+
+    def __ror__(self, other: object) -> Mask:
+        return as_mask(other, "the left side of |") | self
+
     def __repr__(self) -> str:
         return self.name
 
@@ -244,6 +250,8 @@ def _sinks(k: int, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
 
 
 def _same_document(rows: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    if rows.shape[0] > 1 and b.shape[0] != rows.shape[0]:
+        raise ValueError(f"documents: ids hold {rows.shape[0]} rows, the batch has {b.shape[0]}")
     row = b if rows.shape[0] > 1 else torch.zeros_like(b)
     return rows[row, q] == rows[row, kv]  # ids[b, i] == ids[b, j]
 
@@ -297,6 +305,9 @@ def evaluate(
     if not isinstance(out, Tensor) or out.dtype != torch.bool:
         kind = out.dtype if isinstance(out, Tensor) else type(out).__name__
         raise TypeError(f"mask {mask.name!r} must return a bool tensor, got {kind}")
+    if out.device != device:
+        raise ValueError(f"mask {mask.name!r} returned a tensor on {out.device}; the "
+                         f"positions are on {device} (move what it closes over there)")  # fmt: skip
     try:
         if out.ndim > 4 or torch.broadcast_shapes(out.shape, full) != full:
             raise RuntimeError
@@ -375,8 +386,9 @@ def documents(ids: Tensor) -> Mask:
 def padding(key_padding_mask: Tensor) -> Mask:
     """Neither the query nor the key is padding (`key_padding_mask` True), by slot.
 
-    For a mask closing over a batch (FlexAttention's way). `MultiHeadAttention`'s own
-    `key_padding_mask` argument goes further: positions then skip padding.
+    For a mask closing over a batch (FlexAttention's way), by slot. `MultiHeadAttention`'s own
+    `key_padding_mask` argument goes further (positions then skip padding): use one or the
+    other, not both.
     """
     kpm = check_tensor("key_padding_mask", key_padding_mask, ndim=2)
     if kpm.dtype != torch.bool:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal, overload
 
 import torch
-from torch import Tensor, nn
+from torch import Size, Tensor, nn
 
 from attention.cache import KVCache, next_positions
 from attention.causal import CausalAttention
@@ -272,11 +272,14 @@ class MultiHeadAttention(nn.Module):
         self._explicit_only = any(mod.bias is None for mod in self.score_mods)
         self._unprobed = True  # the mask and modifiers are tried at the first call
         causal = self.rule.bounds.causal
-        if (self.kdim, self.vdim) != (d_in, d_in) and (causal or rope or sink_logit):
+        if (self.kdim, self.vdim) != (d_in, d_in) and (
+            causal or rope or sink_logit or mask is not None or self.score_mods
+        ):
             raise ValueError(
                 f"kdim={self.kdim}, vdim={self.vdim} (other than d_in={d_in}) are for "
-                "cross-attention, which needs causal=False, rope=False and no sink_logit; got "
-                f"causal={causal}, rope={rope}, sink_logit={sink_logit}"
+                "cross-attention, which needs causal=False, rope=False, no sink_logit, mask "
+                f"or score_mods; got causal={causal}, rope={rope}, sink_logit={sink_logit}, "
+                f"mask={mask is not None}, score_mods={len(self.score_mods)}"
             )
         check_dropout(dropout)
         self.d_in = d_in
@@ -471,8 +474,8 @@ class MultiHeadAttention(nn.Module):
             `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
             `(batch, num_heads, num_tokens, num_keys)` with `need_weights`, else None.
         """
-        if self._unprobed:  # the first call: try the mask and modifiers on this device
-            _probe(self.rule, self.score_mods, self.num_heads, x.device)
+        if self._unprobed and not torch.compiler.is_compiling():  # the first eager call:
+            _probe(self.rule, self.score_mods, self.num_heads, x)  # try them on its device
             self._unprobed = False
         b, num_tokens, _ = x.shape
         start = 0 if cache is None else cache.length  # the chunk's first slot
@@ -480,22 +483,25 @@ class MultiHeadAttention(nn.Module):
         seg = None if padded is None and documents is None else segments(padded, documents)
         k_pos: Tensor | None = None
         k_seg: Tensor | None = seg
-        if cache is not None:  # every key the chunk may need: (b, h_kv, S, d_h), positions
-            keys, values, k_pos, k_seg = cache.update(keys, values, seg, positions)
-            if keys.dtype != queries.dtype:  # autocast: the cache keeps the module's dtype
-                keys, values = keys.to(queries.dtype), values.to(queries.dtype)
-            if k_seg is not None and seg is None:  # real tokens after padded ones
-                seg = k_seg.new_zeros(b, num_tokens)
+        own = start == 0  # the first chunk (or no cache) sees only its own tokens
+        if cache is not None:  # store; a later chunk gets every key it may need
+            stored = cache.update(keys, values, seg, positions)
+            if not own:  # (b, h_kv, S, d_h), their positions and segments
+                keys, values, k_pos, k_seg = stored
+                if keys.dtype != queries.dtype:  # autocast: the cache keeps the module's dtype
+                    keys, values = keys.to(queries.dtype), values.to(queries.dtype)
+                if k_seg is not None and seg is None:  # real tokens after padded ones
+                    seg = k_seg.new_zeros(b, num_tokens)
         dropout_p = self.dropout.p if self.training else 0.0
         if need_weights or self._explicit_only:
             q_pos = _positions(start, num_tokens, positions, x.device)
-            if k_pos is None:  # no cache: the keys are the queries' own tokens
-                k_pos = q_pos if cache is None else torch.arange(keys.shape[2], device=x.device)
+            if k_pos is None:  # the keys are the queries' own tokens, or in order from 0
+                k_pos = q_pos if own else torch.arange(keys.shape[2], device=x.device)
             hidden = ~visible(self.rule, q_pos, k_pos, seg, k_seg, num_heads=self.num_heads,
                               batch=b)  # fmt: skip
             context_vec, weights = self._explicit(queries, keys, values, hidden, q_pos, k_pos)
             attn_weights = weights if need_weights else None
-        elif cache is None:
+        elif own:  # padding anywhere: rows compacted, so every plan stays open
             context_vec, attn_weights = fused_attention(
                 queries, keys, values, self.rule, padded=padded,
                 q_seg=None if documents is None else documents.long(),
@@ -583,12 +589,14 @@ class MultiHeadAttention(nn.Module):
         cache: object,
     ) -> None:
         """Raise an error naming the argument unless cross-attention can run on these."""
-        if self.causal or self.rope or self.sink_logits is not None:
+        plain = self.rule.bounds.everything and not self.score_mods
+        if self.causal or self.rope or self.sink_logits is not None or not plain:
             raise ValueError(
                 "cross-attention (key and value from another sequence, or a cache on a module "
-                f"with causal=False) needs causal=False, rope=False and no sink logit; this "
-                f"module has causal={self.causal}, rope={self.rope}, sink_logit="
-                f"{self.sink_logits is not None}"
+                "with causal=False) needs causal=False, rope=False, no sink logit, mask or "
+                f"score modifier; this module has causal={self.causal}, rope={self.rope}, "
+                f"sink_logit={self.sink_logits is not None}, mask={self.rule!r}, "
+                f"score_mods={list(self.score_mods)}"
             )
         if cache is not None:
             self._check_cross_cache(cache, batch, key)
@@ -693,7 +701,7 @@ class MultiHeadAttention(nn.Module):
         return queries, keys, values
 
     def scores(self, x: Tensor) -> Tensor:
-        r"""Every query head's scaled scores $Q K^\top / \sqrt{d_h}$ over `x`, before any mask.
+        r"""Every query head's scores $Q K^\top$ times the scale ($1 / \sqrt{d_h}$), unmasked.
 
         What [`attention.heads`][attention.heads] and the explorer read: the same projection
         and rotation as the forward.
@@ -707,7 +715,8 @@ class MultiHeadAttention(nn.Module):
         check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
         queries, keys, _ = self.project(x)  # (b, h, T, d_h), (b, h_kv, T, d_h)
         keys = keys.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)  # (b, h, T, d_h)
-        return queries @ keys.transpose(-2, -1) / math.sqrt(self.head_dim)  # (b, h, T, T)
+        scale = 1 / math.sqrt(self.head_dim) if self.scale is None else self.scale
+        return queries @ keys.transpose(-2, -1) * scale  # (b, h, T, T)
 
     def mask(self, num_tokens: int, device: torch.device | str | None = None) -> Tensor:
         """This layer's `(num_tokens, num_tokens)` bool mask, True = hidden, from its rule.
@@ -907,6 +916,8 @@ def _rule(causal: bool | None, window: int | None, sinks: int, mask: object) -> 
                          f"window={window}, sinks={sinks} (write window(w) | sinks(k) into "
                          "the mask)")  # fmt: skip
     rule = as_mask(mask)
+    if causal is False and rule.bounds.causal:
+        raise ValueError(f"causal=False, but mask={rule!r} hides the future: drop causal=")
     return from_flags(True, None, 0) & rule if causal else rule
 
 
@@ -916,47 +927,63 @@ def _check_scale(scale: object) -> float:
     return float(scale)
 
 
-def _probe(
-    rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, device: torch.device
-) -> None:
-    """Call the mask and each score modifier once on four positions, on the input's device:
-    a broken one fails here, at a layer's first call, by name (NaN is looked for off `meta`).
+def _probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, x: Tensor) -> None:
+    """Call the mask and each score modifier once, on the first call's batch, its first (at
+    most 4) positions and its device: a broken one fails here, by name. NaN and a `bias` that
+    is not `fn - score` are looked for where the mask sees (and not on `meta`).
 
     Raises:
         TypeError: a function that raises, or returns the wrong kind of tensor.
         ValueError: a result of the wrong shape, a NaN, or a `bias` that is not `fn - score`.
     """
-    pos = torch.arange(4, device=device)
-    evaluate(rule, pos, pos, num_heads=num_heads)  # raises, naming the mask
-    b = torch.zeros(1, 1, 1, 1, dtype=torch.long, device=device)
+    batch, n, device = x.shape[0], max(1, min(4, x.shape[1])), x.device
+    pos = torch.arange(n, device=device)
+    seen = evaluate(rule, pos, pos, num_heads=num_heads, batch=batch)  # raises, naming it
+    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
     h = torch.arange(num_heads, device=device).view(1, -1, 1, 1)
-    q, kv = pos.view(1, 1, 4, 1), pos.view(1, 1, 1, 4)
-    score = torch.linspace(-3.0, 3.0, 16, device=device).view(1, 1, 4, 4)
-    score = score.expand(1, num_heads, 4, 4)
+    q, kv = pos.view(1, 1, n, 1), pos.view(1, 1, 1, n)
+    score = torch.linspace(-3.0, 3.0, n * n, device=device).view(1, 1, n, n)
+    score = score.expand(batch, num_heads, n, n)
     for i, mod in enumerate(score_mods):
         name = f"score_mods[{i}] ({mod.name})"
-        try:
-            out = mod(score, b, h, q, kv)
-        except Exception as error:
-            raise TypeError(
-                f"{name} failed on scores (1, {num_heads}, 4, 4) and indices (b, h, q_idx, "
-                f"kv_idx): {type(error).__name__}: {error}"
-            ) from error
-        if not isinstance(out, Tensor) or not out.is_floating_point():
-            kind = out.dtype if isinstance(out, Tensor) else type(out).__name__
-            raise TypeError(f"{name} must return floating-point scores, got {kind}")
-        if out.shape != score.shape:
-            raise ValueError(f"{name} must return the scores' shape {tuple(score.shape)}, got "
-                             f"{tuple(out.shape)}")  # fmt: skip
+        out = _call(name, mod.fn, (score, b, h, q, kv), score.shape, exact=True)
+        bias = None if mod.bias is None else _call(f"{name}'s bias", mod.bias, (b, h, q, kv),
+                                                   score.shape)  # fmt: skip
         if device.type == "meta":
             continue
-        if bool(out.isnan().any()):
-            raise ValueError(f"{name} turned finite scores into NaN")
-        if mod.bias is not None and not torch.allclose(
-            out, score + mod.bias(b, h, q, kv).to(score.dtype), atol=1e-5
+        if bool(out.isnan()[seen.expand_as(out)].any()):
+            raise ValueError(f"{name} turned finite scores into NaN where the mask sees")
+        if bias is not None and not torch.allclose(
+            out.masked_fill(~seen, 0),
+            (score + bias.to(score.dtype)).masked_fill(~seen, 0),
+            atol=1e-5,
         ):
             raise ValueError(f"{name}: its bias is not fn(score) - score, as an additive form "
                              "must be")  # fmt: skip
+
+
+def _call(
+    name: str, fn: Callable[..., object], args: tuple[Tensor, ...], shape: Size, exact: bool = False
+) -> Tensor:
+    """`fn(*args)`, a floating tensor of `shape` (or, unless `exact`, one that broadcasts to
+    it), or an error naming `name`."""
+    try:
+        out = fn(*args)
+    except Exception as error:
+        shapes = ", ".join(str(tuple(a.shape)) for a in args)
+        raise TypeError(f"{name} failed on tensors of shapes {shapes}: "
+                        f"{type(error).__name__}: {error}") from error  # fmt: skip
+    if not isinstance(out, Tensor) or not out.is_floating_point():
+        kind = out.dtype if isinstance(out, Tensor) else type(out).__name__
+        raise TypeError(f"{name} must return floating-point scores, got {kind}")
+    try:
+        if (out.shape != shape) if exact else torch.broadcast_shapes(out.shape, shape) != shape:
+            raise RuntimeError
+    except RuntimeError:
+        raise ValueError(f"{name} must return the scores' shape {tuple(shape)}"
+                         f"{'' if exact else ' (or one that broadcasts to it)'}, got "
+                         f"{tuple(out.shape)}") from None  # fmt: skip
+    return out
 
 
 def _bind(

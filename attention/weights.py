@@ -694,11 +694,17 @@ def _config_dict(config: object) -> Mapping[str, Any]:
 
 
 def _layer_types(config: Mapping[str, Any]) -> list[str] | None:
-    """Each layer's attention: the config's `layer_types`, or Qwen2's older way of saying it
-    (`use_sliding_window`, and a window only from layer `max_window_layers` on)."""
+    """Each layer's attention: the config's `layer_types`, or what a `config.json` without them
+    means: Qwen2's (`use_sliding_window`, and a window only from layer `max_window_layers` on)
+    or Gemma 2's (a window in every other layer, the first included)."""
     types = config.get("layer_types")
-    if types or "max_window_layers" not in config:
-        return list(types) if types else None
+    if types:
+        return list(types)
+    if config.get("model_type") == "gemma2" and config.get("sliding_window") is not None:
+        layers = check_size("num_hidden_layers", config.get("num_hidden_layers"))
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if "max_window_layers" not in config:
+        return None
     layers = check_size("num_hidden_layers", config.get("num_hidden_layers"))
     windowed = bool(config.get("use_sliding_window")) and config.get("sliding_window") is not None
     first = check_size("max_window_layers", config["max_window_layers"], minimum=0)

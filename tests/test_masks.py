@@ -238,3 +238,52 @@ def test_a_layer_with_built_in_masks_pickles() -> None:
     assert again.rule == mha.rule and repr(again.rule) == "causal() & (window(3) | sinks(1))"
     x = torch.randn(1, T, D_IN)
     assert_close(again(x), mha(x), atol=0, rtol=0)
+
+
+def test_a_score_mod_that_hides_every_key_of_a_row_gives_zero_on_every_path() -> None:
+    """FlexAttention's habit: -inf from a score_mod hides a key, as a mask would."""
+
+    def first_only(s: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q: torch.Tensor,
+                   kv: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        return torch.where(kv == 0, s, float("-inf"))
+
+    mha = layer(window(2), [ScoreMod(first_only)], H, False)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    with torch.no_grad():
+        out, weights = mha(x, need_weights=True)  # rows 2.. see no key but key 0: nothing
+    assert not out.isnan().any() and (weights[:, :, 2:] == 0).all()
+    assert_close(out, reference_attention(mha, x), atol=ATOL, rtol=0)
+
+
+def test_the_first_call_check_tries_only_what_the_call_uses() -> None:
+    """Three tokens of documents, and a modifier that is NaN only where the mask hides."""
+    ids = torch.tensor([[0, 0, 1]])
+    few = layer(causal() & documents(ids), [], H, False)
+    assert few(torch.randn(1, 3, D_IN, dtype=torch.float64)).shape == (1, 3, H * HEAD_DIM)
+    with pytest.raises(TypeError, match=r"documents: ids hold 2 rows, the batch has 3"):
+        layer(causal() & documents(torch.zeros(2, T, dtype=torch.long)), [], H, False)(
+            torch.randn(3, T, D_IN, dtype=torch.float64)
+        )
+    log_distance = ScoreMod(lambda s, b, h, q, kv: s - torch.log1p(q - kv))  # NaN for kv > q
+    mha = layer(causal(), [log_distance], H, False)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    assert_close(mha(x), reference_attention(mha, x), atol=ATOL, rtol=0)
+
+
+def test_what_cross_attention_and_causal_false_cannot_honour_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"are for cross-attention, which needs .* mask or score_mods"
+    ):
+        MultiHeadAttention(8, 8, 16, 0.0, 2, causal=False, kdim=6, vdim=6, mask=sinks(2))
+    with pytest.raises(ValueError, match=r"causal=False, but mask=window\(3\) hides the future"):
+        MultiHeadAttention(8, 8, 16, 0.0, 2, causal=False, mask=window(3))
+    both = causal_mask & causal()  # a plain mask_mod on the left: a Mask
+    assert isinstance(both, Mask) and both.bounds.causal
+
+
+def test_a_padded_prefill_into_a_cache_builds_no_t_by_t_mask() -> None:
+    mha = MultiHeadAttention(16, 16, 512, 0.0, 2, window=16).eval()
+    pad = padding_mask([512, 500], 512, side="left")
+    with torch.no_grad(), sdpa_calls() as calls:
+        mha(torch.randn(2, 512, 16), pad, cache=mha.init_cache(2))
+    assert all(call.mask_shape is None or call.mask_shape[-1] <= 64 + 16 for call in calls)

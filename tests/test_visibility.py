@@ -158,7 +158,7 @@ def test_a_windowed_cache_is_a_ring_of_the_window_and_wraps(window: int, sinks: 
 def test_kernel_calls_are_the_least_the_rule_needs() -> None:
     x = torch.randn(2, 64, 16)
     plain = MultiHeadAttention(16, 16, 64, 0.0, 2).eval()
-    windowed = MultiHeadAttention(16, 16, 64, 0.0, 2, window=16, sinks=2).eval()
+    windowed = MultiHeadAttention(16, 16, 256, 0.0, 2, window=16, sinks=2).eval()
     with torch.no_grad(), sdpa_calls() as calls:
         plain(x)  # causal from position 0: is_causal
         plain(x, padding_mask([64, 40], 64))  # right padding: is_causal, padded rows zeroed
@@ -173,14 +173,15 @@ def test_kernel_calls_are_the_least_the_rule_needs() -> None:
         "is_causal=False, attn_mask=None",
         "is_causal=False, attn_mask=torch.bool (3, 14)",
     ]
+    long = torch.randn(2, 256, 16)
     with torch.no_grad(), sdpa_calls() as calls:
-        windowed(x)  # 4 blocks of 16 queries, each over its own <= 2w - 1 + sinks keys
+        windowed(long)  # 4 blocks of 64 queries, each over its own <= 64 + w - 1 + sinks keys
         cache = windowed.init_cache(2)
-        windowed(x[:, :40], cache=cache)
-        windowed(x[:, 40:41], cache=cache)  # decode over the ring: exactly the window
+        windowed(long[:, :40], cache=cache)  # a prefill: one block, its own keys
+        windowed(long[:, 40:41], cache=cache)  # decode over the ring: exactly the window
     shapes = [c.mask_shape for c in calls]
-    assert shapes[:4] == [(16, 16), (16, 32), (16, 33), (16, 33)]
-    assert calls[-1].mask_shape is None and cache.slots == 18
+    assert shapes == [(64, 64), (64, 81), (64, 81), (64, 81), (40, 40), None]
+    assert cache.slots == 18
 
 
 def test_documents_equal_each_document_alone() -> None:

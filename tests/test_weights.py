@@ -665,3 +665,13 @@ def test_settings_it_cannot_express_are_refused_by_name(
     neutral = {**config, **dict.fromkeys(setting)}  # each set to None: loads
     neutral.pop("model_type", None)
     assert attention_from_llama(state, neutral).scale is None
+
+
+def test_a_gemma2_config_json_without_layer_types() -> None:
+    """Gemma 2's config.json: a window in every other layer, the first included."""
+    config = {"model_type": "gemma2", "hidden_size": 32, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 8, "num_hidden_layers": 2,
+              "sliding_window": 4, "query_pre_attn_scalar": 8, "max_position_embeddings": 64}  # fmt: skip
+    state = {f"{n}_proj.weight": torch.randn(16 if n in "kv" else 32, 32) for n in "qkvo"}
+    assert attention_from_llama(state, config, layer=0).window == 4
+    assert attention_from_llama(state, config, layer=1).window is None
