@@ -165,6 +165,7 @@ class TransformerBlock(nn.Module):
         self.norm1 = LayerNorm(cfg["emb_dim"])
         self.norm2 = LayerNorm(cfg["emb_dim"])
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
+        self.record: list[Tensor] | None = None  # set: each forward appends its weights
 
     def forward(
         self,
@@ -184,8 +185,12 @@ class TransformerBlock(nn.Module):
         `MultiHeadAttention.attend` takes them.
         """
         shortcut = x
-        x = self.att.attend(self.norm1(x), cache, padded=padded, documents=documents,
-                            positions=positions, angles=angles)[0]  # (b, T, emb_dim)  # fmt: skip
+        record = self.record  # GPTModel.attention_weights: the explicit path, weights kept
+        x, weights = self.att.attend(self.norm1(x), cache, padded=padded, documents=documents,
+                                     positions=positions, angles=angles,
+                                     need_weights=record is not None)  # fmt: skip
+        if weights is not None and record is not None:
+            record.append(weights)  # (b, h, T, S)
         if self.training:  # dropout is the identity in eval: a decode step skips the call
             x = self.drop_shortcut(x)
         x = x + shortcut
@@ -289,6 +294,32 @@ class GPTModel(nn.Module):
             _check_documents(document_ids, batch, num_tokens, in_idx.device)
         return self.logits(in_idx, caches, attention_mask=attention_mask,
                            document_ids=document_ids)  # fmt: skip
+
+    def attention_weights(
+        self,
+        in_idx: Tensor,
+        *,
+        attention_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Every layer's attention weights, from this model's own forward (no gradients).
+
+        Each block runs its attention's explicit path (`need_weights`), so the weights are
+        exactly what it computes: its mask, score modifiers, sinks, padding and documents.
+
+        Returns:
+            `(n_layers, batch, n_heads, num_tokens, num_tokens)`.
+        """
+        blocks, weights = self.blocks, list[Tensor]()
+        for block in blocks:
+            block.record = weights
+        try:
+            with torch.no_grad():
+                self(in_idx, attention_mask=attention_mask, document_ids=document_ids)
+        finally:
+            for block in blocks:
+                block.record = None
+        return torch.stack(weights)  # (L, b, h, T, T)
 
     def _check_caches(self, caches: list[KVCache] | None, num_tokens: int) -> None:
         if caches is None:

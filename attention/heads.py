@@ -122,6 +122,9 @@ def model_scores(model: GPTModel, idx: Tensor, document_ids: Tensor | None = Non
 def model_weights(model: GPTModel, idx: Tensor, document_ids: Tensor | None = None) -> Tensor:
     r"""The weights $\alpha = \operatorname{softmax}(S + M)$ of every layer and head.
 
+    From the model's own forward ([`attention_weights`][attention.gpt.GPTModel.attention_weights]):
+    each layer's mask, score modifiers and sinks, exactly as it computes.
+
     Args:
         model: a `GPTModel`.
         idx: token ids `(batch, num_tokens)`.
@@ -129,16 +132,11 @@ def model_weights(model: GPTModel, idx: Tensor, document_ids: Tensor | None = No
             every key of another document.
 
     Returns:
-        `(n_layers, batch, n_heads, num_tokens, num_tokens)`; each row sums to 1, and is 0
-        above the diagonal (and beyond a window).
+        `(n_layers, batch, n_heads, num_tokens, num_tokens)`; each row sums to 1 (less with
+        a sink logit), and is 0 above the diagonal (and beyond a window).
     """
-    scores = model_scores(model, idx, document_ids)  # (L, b, h, T, T)
-    masks = [block.att.mask(idx.shape[1], idx.device) for block in _blocks(model)]
-    mask = torch.stack(masks)[:, None, None]  # (L, 1, 1, T, T)
-    if document_ids is not None:  # (b, T): hide other documents' keys
-        same = document_ids[:, :, None] == document_ids[:, None, :]  # (b, T, T)
-        mask = mask | ~same[None, :, None]  # (L, b, 1, T, T)
-    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    _blocks(model)  # a GPTModel
+    return model.attention_weights(idx, document_ids=document_ids)
 
 
 def _check_weights(weights: Tensor) -> None:
