@@ -13,6 +13,8 @@ The package reads bottom-up like the derivation (chapter numbers are the site's)
   every kernel choice and the cache derive from; [`attention.score_mods`][attention.score_mods]:
   functions that change a score before the softmax.
 - [`attention.fused`][attention.fused]: the planner: the least the fused kernel needs.
+- [`attention.prefix_lm`][attention.prefix_lm], [`attention.alibi`][attention.alibi],
+  [`attention.softcap`][attention.softcap]: variants, each one mask or score modifier.
 - [`attention.cache`][attention.cache]: the key/value cache, linear or a ring buffer.
 - [`attention.positions`][attention.positions], [`attention.sinks`][attention.sinks]: RoPE
   and attention sinks.
