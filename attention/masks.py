@@ -183,18 +183,19 @@ class Mask:
         return self.fn(b, h, q_idx, kv_idx)
 
     def __and__(self, other: object) -> Mask:
+        """Both: `fn_a(...) & fn_b(...)` ([`Bounds.both`][attention.masks.Bounds.both])."""
         right = as_mask(other, "the right side of &")
-        left = self
-        return Mask(partial(_both, left.fn, right.fn),
-                    f"{_wrap(left, '|')} & {_wrap(right, '|')}",
-                    left.bounds.both(right.bounds), ("&", left.key, right.key))  # fmt: skip
+        return self._join(right, "&", _both, self.bounds.both(right.bounds))
 
     def __or__(self, other: object) -> Mask:
+        """Either: `fn_a(...) | fn_b(...)` ([`Bounds.either`][attention.masks.Bounds.either])."""
         right = as_mask(other, "the right side of |")
-        left = self
-        return Mask(partial(_either, left.fn, right.fn),
-                    f"{_wrap(left, '&')} | {_wrap(right, '&')}",
-                    left.bounds.either(right.bounds), ("|", left.key, right.key))  # fmt: skip
+        return self._join(right, "|", _either, self.bounds.either(right.bounds))
+
+    def _join(self, right: Mask, op: str, fn: Callable[..., Tensor], bounds: Bounds) -> Mask:
+        looser = "|" if op == "&" else "&"  # parenthesised on either side
+        name = f"{_wrap(self, looser)} {op} {_wrap(right, looser)}"
+        return Mask(partial(fn, self.fn, right.fn), name, bounds, (op, self.key, right.key))
 
     def __rand__(self, other: object) -> Mask:  # a plain mask_mod & a Mask
         return as_mask(other, "the left side of &") & self
