@@ -47,11 +47,16 @@ def alibi_slopes(num_heads: int) -> Tensor:
     return torch.tensor(slopes, dtype=torch.float64)
 
 
-def _bias(slopes: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
-    return slopes.to(q.device)[h] * (kv - q)  # m_h (j - i)
+def _bias(slopes: dict[str, Tensor], b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    on = slopes.get(str(q.device))  # copied to a device once, not at every call
+    if on is None:
+        on = slopes[str(q.device)] = slopes["cpu"].to(q.device)
+    return on[h] * (kv - q)  # m_h (j - i)
 
 
-def _alibi(slopes: Tensor, score: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+def _alibi(
+    slopes: dict[str, Tensor], score: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor
+) -> Tensor:
     return score + _bias(slopes, b, h, q, kv).to(score.dtype)
 
 
@@ -64,5 +69,5 @@ def alibi(num_heads: int) -> ScoreMod:
         >>> layer.extra_repr()
         'num_heads=2, causal=True, score_mods=[alibi(2)]'
     """
-    slopes = alibi_slopes(num_heads)
+    slopes = {"cpu": alibi_slopes(num_heads)}  # by device
     return ScoreMod(partial(_alibi, slopes), f"alibi({num_heads})", bias=partial(_bias, slopes))

@@ -170,12 +170,12 @@ class KVCache:
             keys' positions (`(S,)`, `(batch, S)` once rows differ, or None when they are
             `0 ... S - 1` in order) and their segments `(batch, S)` or None.
         """
+        if keys.dtype != self.keys.dtype:  # autocast: the cache keeps the module's dtype
+            keys, values = keys.to(self.keys.dtype), values.to(self.keys.dtype)
         if segments is not None or self.rows is not None:
             return self._update_rows(keys, values, segments, positions)
         start, num_tokens = self.length, keys.shape[2]
-        tracked = torch.is_grad_enabled() and (
-            keys.requires_grad or values.requires_grad or self.keys.requires_grad
-        )  # then out of place (_write); else in place, one indexing call each
+        tracked = torch.is_grad_enabled()  # then out of place (_write); else in place
         if not self.ring:
             end = start + num_tokens
             if tracked:
@@ -279,10 +279,11 @@ class KVCache:
         else:
             slot = torch.arange(self.slots, device=device)
             shared = torch.where(slot < self.length, slot, -1)
-        spare = 1 if self.ring else 0  # a ring's spare slot takes what a row does not keep
+        # a ring's spare slot takes what a row does not keep (made once: reset keeps it)
+        spare = 1 if self.ring else 0
         self.rows = torch.cat((shared, shared.new_full((spare,), -1))).expand(b, -1).clone()
         self.segments = torch.zeros(b, self.slots + spare, dtype=torch.long, device=device)
-        if spare:
+        if spare and self.keys.shape[2] == self.slots:
             grow = self.keys.new_zeros(*self.keys.shape[:2], 1, self.keys.shape[3])
             self.keys = torch.cat((self.keys, grow), dim=2)
             self.values = torch.cat((self.values, grow.clone()), dim=2)
@@ -292,9 +293,7 @@ class KVCache:
     ) -> None:
         """Write token `t` of row `r` to slot `index[r, t]` (then empty the spare slot)."""
         wide = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
-        grad = torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad
-                                            or self.keys.requires_grad)  # fmt: skip
-        if grad:
+        if torch.is_grad_enabled():  # out of place, as _write
             self.keys = self.keys.scatter(2, wide, keys)
             self.values = self.values.scatter(2, wide, values)
         else:
@@ -312,11 +311,10 @@ class KVCache:
                            self.sinks + (position - self.sinks) % self.window)  # fmt: skip
 
     def _write(self, index: slice | Tensor, keys: Tensor, values: Tensor) -> None:
-        """Write in place; out of place while autograd tracks the chunk, so a backward
-        through several chunks finds each earlier chunk's keys unchanged (as a list of
-        tensors, Hugging Face's dynamic cache, would)."""
-        if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad
-                                        or self.keys.requires_grad):  # fmt: skip
+        """Write in place; out of place while autograd records, so a backward through
+        several chunks finds each earlier chunk's keys unchanged (as a list of tensors,
+        Hugging Face's dynamic cache, would), whichever projections train."""
+        if torch.is_grad_enabled():
             self.keys = _store(self.keys, index, keys, dim=2, in_place=False)
             self.values = _store(self.values, index, values, dim=2, in_place=False)
         else:  # in place: one indexing call each (a decode step's only writes)

@@ -15,9 +15,10 @@ the shape of the call, never a mask's name or a layer's flags:
 | causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $B = \max(r, 64)$ queries over $\le B + r$ keys (and the anchors), each with its own mask |
 | anything else | the mask evaluated at these positions (`(T, S)`, or per row) |
 
-Padding never reaches the table: a padded batch's rows are first **compacted** (each row's
-real tokens moved to its front, in order, so positions equal slots), attended as right
-padding, and moved back; a mask that hides the future then never reaches a padded key.
+Without a cache, padding never reaches the table: a padded batch's rows are first
+**compacted** (each row's real tokens moved to its front, in order, so positions equal
+slots), attended as right padding, and moved back; a mask that hides the future then never
+reaches a padded key. After a cache, each row's own positions are compared (a mask).
 Additive score modifiers (ALiBi) reach the kernel as a float mask. A query that sees nothing
 gets a zero context vector on every path.
 """  # noqa: E501

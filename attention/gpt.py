@@ -310,13 +310,14 @@ class GPTModel(nn.Module):
         Returns:
             `(n_layers, batch, n_heads, num_tokens, num_tokens)`.
         """
-        blocks, weights = self.blocks, list[Tensor]()
+        blocks, weights, training = self.blocks, list[Tensor](), self.training
         for block in blocks:
             block.record = weights
         try:
-            with torch.no_grad():
-                self(in_idx, attention_mask=attention_mask, document_ids=document_ids)
+            with torch.no_grad():  # in eval mode: no dropout on the weights
+                self.eval()(in_idx, attention_mask=attention_mask, document_ids=document_ids)
         finally:
+            self.train(training)
             for block in blocks:
                 block.record = None
         return torch.stack(weights)  # (L, b, h, T, T)

@@ -121,7 +121,7 @@ class Bounds:
 
     @property
     def span(self) -> int | None:
-        """Keys a query can see at most (`reach + anchor`), or None: unbounded."""
+        """Keys a causal query can see at most (`reach + anchor`), or None: unbounded."""
         return None if self.reach is None else self.reach + self.anchor
 
     def sees_kept(self) -> bool:
@@ -142,8 +142,9 @@ class Mask:
         name: how it prints; default the function's name.
         bounds: what is certain about it (default: nothing, which is always correct). A
             wrong bound gives wrong answers: declare only what the function guarantees.
-        key: what makes two masks equal (default the function itself): the built-ins use
-            their name, so `window(4) == window(4)`.
+        key: what makes two masks equal (default the function itself): the built-ins of
+            positions use their name, so `window(4) == window(4)`; `documents` and
+            `padding`, which close over tensors, compare by identity.
 
     Raises:
         TypeError: `fn` is not callable.
@@ -193,7 +194,8 @@ class Mask:
         return self._join(right, "|", _either, self.bounds.either(right.bounds))
 
     def _join(self, right: Mask, op: str, fn: Callable[..., Tensor], bounds: Bounds) -> Mask:
-        looser = "|" if op == "&" else "&"  # parenthesised on either side
+        """One combination: its function, its name, its bounds, and a key to compare by."""
+        looser = "|" if op == "&" else None  # `|` under `&` needs brackets, not the reverse
         name = f"{_wrap(self, looser)} {op} {_wrap(right, looser)}"
         return Mask(partial(fn, self.fn, right.fn), name, bounds, (op, self.key, right.key))
 
@@ -261,9 +263,10 @@ def _not_padding(kpm: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Te
     return ~kpm[b, q] & ~kpm[b, kv]
 
 
-def _wrap(mask: Mask, joiner: str) -> str:
-    """Parenthesise a combination that binds more loosely than the one it joins."""
-    return f"({mask.name})" if f" {joiner} " in mask.name else mask.name
+def _wrap(mask: Mask, looser: str | None) -> str:
+    """Parenthesise a combination whose operator (`|` under `&`) binds more loosely."""
+    top = mask.key[0] if isinstance(mask.key, tuple) else None
+    return f"({mask.name})" if top is not None and top == looser else mask.name
 
 
 def as_mask(value: object, name: str = "mask") -> Mask:
@@ -375,7 +378,9 @@ def documents(ids: Tensor) -> Mask:
     """$\\text{ids}_{b,i} = \\text{ids}_{b,j}$: a query sees only the keys of its own document.
 
     Args:
-        ids: `(batch, num_tokens)` or `(num_tokens,)` integer document ids, by position.
+        ids: `(batch, num_tokens)` or `(num_tokens,)` integer document ids, by position
+            (padding excluded, as every mask is evaluated). `MultiHeadAttention`'s
+            `document_ids=` argument is by slot instead: use one or the other.
     """
     ids = check_tensor("ids", ids, ndim=(1, 2))
     if ids.is_floating_point() or ids.dtype == torch.bool:

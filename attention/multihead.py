@@ -154,9 +154,9 @@ class MultiHeadAttention(nn.Module):
     (bool or float) is checked to be the causal mask and dropped, so
     `load_state_dict(book_state_dict)` works with `strict=True`.
 
-    Compiling and exporting: `torch.compile` works (with a `key_padding_mask`, the check for
-    right padding reads the mask, one graph break); `torch.export` works with a dynamic token
-    count, with or without a padding mask. A NaN or infinity in a *real* token's input reaches
+    Compiling and exporting: `torch.compile` works, and `torch.export` with a dynamic token
+    count, with or without a padding mask (the first eager call tries the mask and score
+    modifiers; compiling skips that). A NaN or infinity in a *real* token's input reaches
     every output that attends to it, and, as in PyTorch's kernels, also the earlier ones
     ($0 \cdot \text{NaN}$); in a padded position it changes nothing. Positions (for RoPE,
     the mask, the score modifiers) count each row's real tokens: padding anywhere in a row,
@@ -170,7 +170,8 @@ class MultiHeadAttention(nn.Module):
         num_heads: number of query heads $h$.
         qkv_bias: whether the query/key/value projections have a bias (`out_proj` always has).
         causal: mask future tokens (decoder style); `False` for encoder-style attention.
-            Default True; with `mask`, True means `causal() & mask`.
+            Default True without `mask`; with it, the mask alone, and `causal=True` means
+            `causal() & mask`.
         num_kv_heads: key/value heads $h_{kv}$, dividing `num_heads`; default `num_heads`.
         window: with `causal`, the tokens each query sees, itself included; default all.
             Shorthand for `mask=causal() & window(w)`.

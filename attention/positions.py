@@ -285,6 +285,7 @@ class RotaryTable:
         self.head_dim, self.base = head_dim, base
         self._tables: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
         self._theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h / 2,)
+        self._thetas: dict[torch.device, Tensor] = {}
 
     def angles(
         self, start: int, num_tokens: int, device: torch.device, dtype: torch.dtype
@@ -343,7 +344,9 @@ class RotaryTable:
         self, positions: Tensor, device: torch.device, dtype: torch.dtype
     ) -> tuple[Tensor, Tensor]:
         """`(cos, sin)` of positions beyond the table, computed in float64 as the table is."""
-        theta = self._theta.to(device)  # no host synchronisation: positions stay where they are
+        theta = self._thetas.get(device)  # on each device once: positions stay where they are
+        if theta is None:
+            theta = self._thetas[device] = self._theta.to(device)
         angles = positions.to(device, torch.float64)[..., None] * theta  # (..., d_h / 2)
         angles = torch.cat((angles, angles), dim=-1)  # (..., d_h): pair (i, i + d_h/2)
         return angles.cos().to(device, dtype), angles.sin().to(device, dtype)

@@ -164,3 +164,13 @@ def test_an_induction_head_forms_for_every_seed(seed: int) -> None:
     assert previous_token_score(weights[0]).max() > 0.7  # a layer-0 previous-token head
     assert run.loss_repeated[-1] < 0.25 * math.log(len(run.vocab))
     assert run.loss_first[-1] > 0.9 * math.log(len(run.vocab))  # the random half stays random
+
+
+def test_weights_come_from_the_forward_in_eval_mode_whatever_the_models_mode() -> None:
+    model = model_for()
+    model.train()
+    for block in model.blocks:
+        block.att.dropout.p = 0.5
+    weights = model_weights(model, torch.randint(30, (2, 12)))
+    assert model.training  # given back as it was
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights[..., 0]), atol=1e-9, rtol=0)

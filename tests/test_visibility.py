@@ -288,3 +288,25 @@ def test_the_reference_rotates_in_double_precision_for_float32_modules() -> None
     x = torch.randn(2, T, D_IN)
     with torch.no_grad():
         assert_close(reference_attention(mha, x), mha(x), atol=1e-5, rtol=0)
+
+
+def test_a_padded_ring_under_autocast_and_after_resets() -> None:
+    """bfloat16 keys into a float32 ring that has taken padding; reset keeps its memory."""
+    mha = MultiHeadAttention(8, 8, 16, 0.0, 2, window=2).eval()
+    cache = mha.init_cache(2)
+    pad = torch.tensor([[True, False, False], [False, False, False]])
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        for _ in range(3):
+            cache.reset()
+            mha(torch.randn(2, 3, 8), pad, cache=cache)
+            out = mha(torch.randn(2, 1, 8), cache=cache)
+    assert out.shape == (2, 1, 8) and cache.keys.shape[2] == cache.slots + 1  # one spare
+
+
+def test_training_through_a_cache_when_only_the_queries_learn() -> None:
+    mha = module(2, 3, 0, rope=True)
+    for linear in (mha.W_key, mha.W_value):
+        linear.requires_grad_(False)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    chunks(mha, x, None, None, [3, 1, 1, 6]).square().sum().backward()
+    assert mha.W_query.weight.grad is not None and mha.W_key.weight.grad is None
