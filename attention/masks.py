@@ -1,13 +1,8 @@
 r"""Masks as functions: which keys a query may see, written once as FlexAttention writes it.
 
 A mask is a function of four broadcast tensors, FlexAttention's `mask_mod`:
-
-$$
-\operatorname{mask}(b, h, i, j) = \text{True where query } i \text{ of row } b\text{, head } h
-\text{ may see key } j ,
-$$
-
-with $i$ and $j$ the tokens' **positions** (counted from 0 in their row, padding excluded, so
+$\operatorname{mask}(b, h, i, j)$ is True where query $i$ of row $b$, in head $h$, may see
+key $j$, with $i$ and $j$ the tokens' **positions** (counted from 0 in their row, padding excluded, so
 a padded row sees what it would alone). The built-ins combine with `&` and `|`:
 
 | mask | visible when | FlexAttention / attention-gym |
