@@ -315,8 +315,8 @@ class KVCache:
         several chunks finds each earlier chunk's keys unchanged (as a list of tensors,
         Hugging Face's dynamic cache, would), whichever projections train."""
         if torch.is_grad_enabled():
-            self.keys = _store(self.keys, index, keys, dim=2, in_place=False)
-            self.values = _store(self.values, index, values, dim=2, in_place=False)
+            self.keys = _stored(self.keys, index, keys)
+            self.values = _stored(self.values, index, values)
         else:  # in place: one indexing call each (a decode step's only writes)
             self.keys[:, :, index] = keys
             self.values[:, :, index] = values
@@ -330,15 +330,11 @@ class KVCache:
         )
 
 
-def _store(old: Tensor, index: slice | Tensor, new: Tensor, dim: int, in_place: bool) -> Tensor:
+def _stored(old: Tensor, index: slice | Tensor, new: Tensor) -> Tensor:
+    """A copy of `old` with `new` at `index` of its token dimension (2): autograd keeps `old`."""
     if isinstance(index, slice):
-        if in_place:
-            old.narrow(dim, index.start, index.stop - index.start).copy_(new)
-            return old
-        return old.slice_scatter(new, dim=dim, start=index.start, end=index.stop)
-    if in_place:
-        return old.index_copy_(dim, index, new)
-    return old.index_copy(dim, index, new)
+        return old.slice_scatter(new, dim=2, start=index.start, end=index.stop)
+    return old.index_copy(2, index, new)
 
 
 def next_positions(

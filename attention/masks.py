@@ -58,6 +58,7 @@ __all__ = [
     "chunk_mask",
     "documents",
     "everything",
+    "indices",
     "padding",
     "segments",
     "sinks",
@@ -274,6 +275,30 @@ def as_mask(value: object, name: str = "mask") -> Mask:
                     f"tensor (FlexAttention's mask_mod), got {type(value).__name__}")  # fmt: skip
 
 
+def indices(
+    q_pos: Tensor, k_pos: Tensor, *, batch: int = 1, num_heads: int = 1
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """FlexAttention's broadcast `(b, h, q_idx, kv_idx)` for these positions (below 0: as 0).
+
+    `b` `(B, 1, 1, 1)` over `batch` rows (or the positions' rows), `h` `(1, H, 1, 1)`,
+    `q_idx` `(B or 1, 1, T, 1)`, `kv_idx` `(B or 1, 1, 1, S)`: what every mask and score
+    modifier is called with.
+
+    Examples:
+        >>> b, h, q, kv = indices(torch.arange(3), torch.arange(5), num_heads=2)
+        >>> [tuple(t.shape) for t in (b, h, q, kv)]
+        [(1, 1, 1, 1), (1, 2, 1, 1), (1, 1, 3, 1), (1, 1, 1, 5)]
+    """
+    batch = max(batch, q_pos.shape[0] if q_pos.ndim == 2 else 1,
+                k_pos.shape[0] if k_pos.ndim == 2 else 1)  # fmt: skip
+    device = q_pos.device
+    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)  # (B, 1, 1, 1)
+    h = torch.arange(num_heads, device=device).view(1, -1, 1, 1)  # (1, H, 1, 1)
+    q = q_pos.view(-1, 1, q_pos.shape[-1], 1).clamp(min=0)  # (B or 1, 1, T, 1)
+    kv = k_pos.view(-1, 1, 1, k_pos.shape[-1]).clamp(min=0)  # (B or 1, 1, 1, S)
+    return b, h, q, kv
+
+
 def evaluate(
     mask: Mask, q_pos: Tensor, k_pos: Tensor, *, num_heads: int = 1, batch: int = 1
 ) -> Tensor:
@@ -287,16 +312,11 @@ def evaluate(
         TypeError: the function raised, or returned something that is not a bool tensor.
         ValueError: its result does not broadcast to `(B, H, T, S)`.
     """
-    batch = max(batch, q_pos.shape[0] if q_pos.ndim == 2 else 1,
-                k_pos.shape[0] if k_pos.ndim == 2 else 1)  # fmt: skip
+    b, h, q, kv = indices(q_pos, k_pos, batch=batch, num_heads=num_heads)
     device = q_pos.device
-    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)  # (B, 1, 1, 1)
-    h = torch.arange(num_heads, device=device).view(1, -1, 1, 1)  # (1, H, 1, 1)
-    q = q_pos.view(-1, 1, q_pos.shape[-1], 1)  # (B or 1, 1, T, 1)
-    kv = k_pos.view(-1, 1, 1, k_pos.shape[-1])  # (B or 1, 1, 1, S)
-    full = (batch, num_heads, q.shape[2], kv.shape[3])
+    full = (b.shape[0], num_heads, q.shape[2], kv.shape[3])
     try:
-        out = mask.fn(b, h, q.clamp(min=0), kv.clamp(min=0))
+        out = mask.fn(b, h, q, kv)
     except Exception as error:  # a user's function: say which argument failed, and how
         shapes = ", ".join(str(tuple(t.shape)) for t in (b, h, q, kv))
         raise TypeError(f"mask {mask.name!r} failed on (b, h, q_idx, kv_idx) of shapes "
@@ -317,7 +337,9 @@ def evaluate(
         ) from None
     out = out.view((1,) * (4 - out.ndim) + tuple(out.shape))
     out = out.expand(out.shape[0], out.shape[1], full[2], full[3])
-    return out & (kv >= 0) & (q >= 0)  # an empty slot or a padded token: never
+    empty_q = q_pos.view(-1, 1, q_pos.shape[-1], 1) < 0  # an empty slot or a padded token:
+    empty_kv = k_pos.view(-1, 1, 1, k_pos.shape[-1]) < 0  # never seen, never seeing
+    return out & ~empty_kv & ~empty_q
 
 
 def everything() -> Mask:

@@ -38,7 +38,15 @@ from attention.checks import (
 )
 from attention.core import causal_mask, explicit_attention
 from attention.fused import cross_attention, fused_attention, visible
-from attention.masks import Mask, as_mask, chunk_mask, evaluate, from_flags, segments
+from attention.masks import (
+    Mask,
+    as_mask,
+    chunk_mask,
+    evaluate,
+    from_flags,
+    indices,
+    segments,
+)
 from attention.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.score_mods import ScoreMod, as_score_mods
 
@@ -317,8 +325,9 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def window(self) -> int | None:
-        """How far back a query sees at most (the mask's reach), or None: unbounded."""
-        return self.rule.bounds.reach
+        """How far back a query sees at most (the mask's reach), or None: unbounded (or a
+        reach of 0: only the anchors, as `prefix(n)` alone, which no ring can hold)."""
+        return self.rule.bounds.reach or None
 
     @property
     def sinks(self) -> int:
@@ -751,7 +760,7 @@ class MultiHeadAttention(nn.Module):
         Raises:
             ValueError: `max_tokens` (without a window, causal) exceeds `context_length`.
         """
-        window = self.window or None  # the mask's reach (a reach of 0: nothing to ring)
+        window = self.window
         if max_tokens is None and window is None:
             max_tokens = self.context_length
         if max_tokens is not None:
@@ -762,7 +771,7 @@ class MultiHeadAttention(nn.Module):
                 )
         weight = self.W_key.weight
         return KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
-                       window=window, sinks=self.sinks if window else 0, device=weight.device,
+                       window=window, sinks=self.sinks, device=weight.device,
                        dtype=weight.dtype)  # fmt: skip
 
     def check_cache(self, cache: object, batch_size: int, num_tokens: int) -> None:
@@ -940,9 +949,7 @@ def _probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, x: Tensor
     batch, n, device = x.shape[0], max(1, min(4, x.shape[1])), x.device
     pos = torch.arange(n, device=device)
     seen = evaluate(rule, pos, pos, num_heads=num_heads, batch=batch)  # raises, naming it
-    b = torch.arange(batch, device=device).view(-1, 1, 1, 1)
-    h = torch.arange(num_heads, device=device).view(1, -1, 1, 1)
-    q, kv = pos.view(1, 1, n, 1), pos.view(1, 1, 1, n)
+    b, h, q, kv = indices(pos, pos, batch=batch, num_heads=num_heads)
     score = torch.linspace(-3.0, 3.0, n * n, device=device).view(1, 1, n, n)
     score = score.expand(batch, num_heads, n, n)
     for i, mod in enumerate(score_mods):
@@ -991,10 +998,7 @@ def _bind(
     score_mods: Sequence[ScoreMod], q_pos: Tensor, k_pos: Tensor, batch: int, num_heads: int
 ) -> Callable[[Tensor], Tensor]:
     """The score modifiers as one function of the scores `(b, h, T, S)`, positions bound."""
-    b = torch.arange(batch, device=q_pos.device).view(-1, 1, 1, 1)
-    h = torch.arange(num_heads, device=q_pos.device).view(1, -1, 1, 1)
-    q = q_pos.view(-1, 1, q_pos.shape[-1], 1).clamp(min=0)
-    kv = k_pos.view(-1, 1, 1, k_pos.shape[-1]).clamp(min=0)
+    b, h, q, kv = indices(q_pos, k_pos, batch=batch, num_heads=num_heads)
 
     def modify(scores: Tensor) -> Tensor:
         for mod in score_mods:  # f_n(... f_1(s) ...), in list order

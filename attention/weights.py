@@ -898,7 +898,7 @@ def _check_llama_like(att: object) -> MultiHeadAttention:
         ("not causal", not att.causal), ("no RoPE (rope=False)", not att.rope),
         ("attention sinks (sinks)", att.sinks > 0), ("sink logits", att.sink_logits is not None),
         ("score modifiers", bool(att.score_mods)), (f"scale={att.scale}", att.scale is not None),
-        (f"mask {att.rule!r}", att.rule != from_flags(True, att.window or None, 0)),
+        (f"mask {att.rule!r}", att.rule != from_flags(True, att.window, 0)),
         (f"d_in={att.d_in} != d_out={att.d_out}", att.d_in != att.d_out)] if bad]  # fmt: skip
     if reasons:
         raise ValueError(
