@@ -210,10 +210,9 @@ def _knock(root: Any, layer: str, head: str) -> None:
 def check_knock_out(root: Any, name: str, best: dict[str, Any], result: Any) -> None:
     """What the page says: knocking out the induction head makes the predicted token's
     probability fall (by 0.1 at least, a change a reader sees); knocking out every head of
-    its layer that scores above 0.5 changes the predicted token itself. (How far one head's
-    loss goes depends on the trained model, which differs between CPUs: layer 1 holds
-    several induction heads. Seen: 0.98 -> 0.12 on an Intel Xeon, 0.98 -> 0.57 on an AMD
-    EPYC, where the other three heads still carry the copy.)"""
+    its layer that scores above 0.5 changes the predicted token itself. How far one head's
+    loss goes depends on the model trained at build time, which differs between CPUs: where
+    layer 1's other induction heads still carry the copy, one head alone does not halve it."""
     _knock(root, best["layer"], best["head"])
     intact, knocked = map(float, _state(root)["state"]["probability"].split(","))
     if not knocked < intact - 0.1:
