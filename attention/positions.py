@@ -149,8 +149,15 @@ def rope_angles(
         raise ValueError(f"RoPE rotates pairs of dimensions: head_dim must be even, got {head_dim}")
     theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h/2,)
     positions = torch.arange(offset, offset + num_tokens, dtype=torch.float64)  # (T,)
-    angles = positions[:, None] * theta  # m * theta_i: (T, d_h/2)
-    angles = torch.cat((angles, angles), dim=-1)  # (T, d_h): pair (i, i + d_h/2)
+    return _cos_sin(positions, theta, device, dtype)
+
+
+def _cos_sin(
+    positions: Tensor, theta: Tensor, device: torch.device | str | None, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """cos and sin of m theta_i, computed in float64 where `theta` is, then cast."""
+    angles = positions.to(theta.device, torch.float64)[..., None] * theta  # m theta_i
+    angles = torch.cat((angles, angles), dim=-1)  # (..., d_h): pair (i, i + d_h/2)
     return angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype)
 
 
@@ -184,7 +191,7 @@ def rotate_with(x: Tensor, angles: tuple[Tensor, Tensor]) -> Tensor:
     cos, sin = angles
     if cos.dtype != x.dtype:
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return x * cos + _rotate_half(x) * sin
+    return _rope(x, cos, sin)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -347,6 +354,4 @@ class RotaryTable:
         theta = self._thetas.get(device)  # on each device once: positions stay where they are
         if theta is None:
             theta = self._thetas[device] = self._theta.to(device)
-        angles = positions.to(device, torch.float64)[..., None] * theta  # (..., d_h / 2)
-        angles = torch.cat((angles, angles), dim=-1)  # (..., d_h): pair (i, i + d_h/2)
-        return angles.cos().to(device, dtype), angles.sin().to(device, dtype)
+        return _cos_sin(positions, theta, device, dtype)
