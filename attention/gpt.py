@@ -393,8 +393,6 @@ class GPTModel(nn.Module):
         pad = None if attention_mask is None else attention_mask == 0  # (b, T): True = padding
         positions = self.positions(in_idx.shape[1], start, caches, pad)  # (b, T) | None
         x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
-        if pad is not None:  # a padded token is never read: its input is zero
-            x = x.masked_fill(pad[..., None], 0.0)
         angles = None  # RoPE's cos and sin at these positions: once, for every block
         if self.rotary is not None:
             angles = self.rotary.at(start, in_idx.shape[1], positions, x.device, x.dtype)
