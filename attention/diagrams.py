@@ -840,7 +840,7 @@ def ring_buffer(window: int = 4, sinks: int = 2, tokens: Sequence[int] = (3, 6, 
             if t in counts:
                 assert cache.positions is not None  # a windowed layer's cache
                 held[t] = cache.positions.tolist()
-    board = _Board(4.9, 2.75, f"a window's cache: a ring of {window} slots, {sinks} sinks")
+    board = _Board(4.9, 2.75, f"a window's cache: {window + sinks} slots, {sinks} of them sinks")
     step = 4.9 / len(counts)
     for n, t in enumerate(counts):
         _ring(board, (step * (n + 0.5), 1.65), held[t], sinks, t)

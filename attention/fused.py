@@ -12,7 +12,7 @@ the shape of the call, never a mask's name or a layer's flags:
 | every pair certainly visible, one segment | no mask |
 | keys `0 .. end - 1` in order, exactly causal on them, from position 0 | `is_causal` |
 | one query, and it certainly sees every key it is given (decode, a ring's window) | no mask |
-| causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $B = \max(r, \text{MIN\_BLOCK})$ queries over $\le B + r$ keys (and the anchors), each with its own mask |
+| causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $B$ = `max(r, MIN_BLOCK)` queries over $\le B + r$ keys (and the anchors), each with its own mask |
 | anything else | the mask evaluated at these positions (`(T, S)`, or per row) |
 
 Without a cache, padding never reaches the table: a padded batch's rows are first
@@ -412,7 +412,7 @@ def sliding_window_attention(
 
     The mask's bounds say a query $i$ sees no key $j$ with $i - j \ge r$ except the
     anchors $j < a$ (a window's $r = w$, its sinks' $a = k$). The queries are cut into blocks
-    of $B = \max(r, \text{MIN\_BLOCK})$; block $n$ (queries $nB \dots nB + B - 1$) can only see keys
+    of $B$ = `max(r, MIN_BLOCK)`; block $n$ (queries $nB \dots nB + B - 1$) can only see keys
     $nB - r + 1 \dots nB + B - 1$ and the anchors, so each block meets at most $B + r + a$
     keys under its own mask, evaluated from the mask's function. Nothing $T \times T$ is built, no
     copy of the keys is made (without anchors), and the memory beyond the output is one

@@ -471,7 +471,8 @@ def chunk_mask(
     rule: Mask | None = None,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """What a chunk of queries at positions `start ...` may not see of keys `0 ... end - 1`.
+    """What a chunk of queries at positions `start ... start + T - 1` may not see of keys
+    `0 ... start + T - 1`.
 
     In the core's convention, True = hidden (the `mask` of
     [`explicit_attention`][attention.core.explicit_attention]): the negation of the mask.
