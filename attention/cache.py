@@ -123,6 +123,7 @@ class KVCache:
         self.segments: Tensor | None = None
         self.pads: Tensor | None = None
         self.length = 0
+        self.layout: tuple[object, ...] | None = None  # set by the layer that made it
 
     @property
     def batch_size(self) -> int:

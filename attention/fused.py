@@ -184,10 +184,11 @@ def fused_attention(
         choice = plan(rule, num_tokens, num_keys, start=start, in_order=k_pos is None,
                       segments=q_seg is not None, score_mods=score_mods,
                       sink=sink_logits is not None).kind  # fmt: skip
-    if choice == "none":
-        return sdpa(queries, keys, values, dropout_p=dropout_p, scale=scale)
-    if choice == "is_causal":
-        return sdpa(queries, keys, values, is_causal=True, dropout_p=dropout_p, scale=scale)
+    if choice in ("none", "is_causal"):  # the kernel's own call, no mask: a decode step's
+        return F.scaled_dot_product_attention(
+            queries, keys, values, dropout_p=dropout_p, scale=scale,
+            is_causal=choice == "is_causal", enable_gqa=queries.shape[1] != keys.shape[1],
+        )  # fmt: skip
     if choice == "blocked":
         return sliding_window_attention(queries, keys, values, rule, segments=q_seg,
                                         dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,

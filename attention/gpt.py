@@ -106,8 +106,9 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # the formula above in one fused kernel (the book writes mean, var, sqrt out: the same
-        # numbers to rounding, five kernels and their temporaries)
-        return F.layer_norm(x, x.shape[-1:], self.scale, self.shift, self.eps)
+        # numbers to rounding, five kernels and their temporaries); torch.layer_norm is what
+        # F.layer_norm calls, one Python call less on every decode step
+        return torch.layer_norm(x, x.shape[-1:], self.scale, self.shift, self.eps)
 
 
 class GELU(nn.Module):
@@ -138,10 +139,8 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm attention and feed-forward, each with a shortcut (residual) connection.
 
-    The model checks its inputs once, so the block calls its attention's
-    [`attend`][attention.multihead.MultiHeadAttention.attend] (the forward without the
-    checks): a forward hook on `att` itself does not fire inside a `GPTModel`; hook its
-    projections (`att.W_query`, `att.out_proj`) or `norm1`, whose output is what it reads.
+    The block calls its attention module, so a hook on `att` (or on any of its projections)
+    fires inside a `GPTModel` too; the attention's own checks read only shapes, never values.
 
     Attributes:
         att: the block's `MultiHeadAttention` (causal; the config's heads, window and RoPE).
@@ -182,14 +181,23 @@ class TransformerBlock(nn.Module):
         `padded` (`(b, T)`, True = padding), `documents` (each token's document) and
         `positions` (each row's own, padding excluded) are given for a padded or packed
         batch, and `angles` (RoPE's cos and sin, made once by the model), as
-        `MultiHeadAttention.attend` takes them.
+        `MultiHeadAttention.forward` takes them.
         """
         shortcut = x
         record = self.record  # GPTModel.attention_weights: the explicit path, weights kept
-        x, weights = self.att.attend(self.norm1(x), cache, padded=padded, documents=documents,
-                                     positions=positions, angles=angles,
-                                     need_weights=record is not None)  # fmt: skip
-        if weights is not None and record is not None:
+        if record is None:
+            x = self.att(self.norm1(x), padded, cache=cache, document_ids=documents,
+                         positions=positions, angles=angles)  # fmt: skip
+        else:
+            x, weights = self.att(
+                self.norm1(x),
+                padded,
+                True,
+                cache=cache,
+                document_ids=documents,
+                positions=positions,
+                angles=angles,
+            )
             record.append(weights)  # (b, h, T, S)
         if self.training:  # dropout is the identity in eval: a decode step skips the call
             x = self.drop_shortcut(x)

@@ -80,7 +80,8 @@ def model_scores(model: GPTModel, idx: Tensor, document_ids: Tensor | None = Non
     r"""The scaled scores $S = QK^\top/\sqrt{d_h}$ of every layer and head, before any mask.
 
     Runs `model` on `idx` once (no gradients), keeps the input each block's attention
-    received, and asks that attention for its scores
+    received (a pre-hook on the attention module: the model calls it in every block), and
+    asks that attention for its scores
     ([`MultiHeadAttention.scores`][attention.multihead.MultiHeadAttention.scores]: the
     forward's own projection and rotation).
 
@@ -103,12 +104,12 @@ def model_scores(model: GPTModel, idx: Tensor, document_ids: Tensor | None = Non
     check_ids(idx, "idx", model.vocab_size, device=model.tok_emb.weight.device)
     if idx.ndim != 2:
         raise ValueError(f"idx must be (batch, num_tokens), got {tuple(idx.shape)}")
-    inputs: list[Tensor] = []  # what each block's attention reads: norm1's output
+    inputs: list[Tensor] = []  # what each block's attention reads
 
-    def keep(norm1: nn.Module, args: tuple[Tensor, ...], out: Tensor) -> None:
-        inputs.append(out)
+    def keep(att: nn.Module, args: tuple[Tensor, ...]) -> None:
+        inputs.append(args[0])  # (b, T, emb_dim)
 
-    hooks = [block.norm1.register_forward_hook(keep) for block in blocks]
+    hooks = [block.att.register_forward_pre_hook(keep) for block in blocks]
     try:
         with torch.no_grad():
             model(idx, document_ids=document_ids)

@@ -280,16 +280,12 @@ class MultiHeadAttention(nn.Module):
         # a score modifier without an additive form: no fused kernel can take it
         self._explicit_only = any(mod.bias is None for mod in self.score_mods)
         self._unprobed = True  # the mask and modifiers are tried at the first call
+        self._cross = self.rule.bounds.everything  # a cache then holds the other sequence
         causal = self.rule.bounds.causal
-        if (self.kdim, self.vdim) != (d_in, d_in) and (
-            causal or rope or sink_logit or mask is not None or self.score_mods
-        ):
-            raise ValueError(
-                f"kdim={self.kdim}, vdim={self.vdim} (other than d_in={d_in}) are for "
-                "cross-attention, which needs causal=False, rope=False, no sink_logit, mask "
-                f"or score_mods; got causal={causal}, rope={rope}, sink_logit={sink_logit}, "
-                f"mask={mask is not None}, score_mods={len(self.score_mods)}"
-            )
+        if (self.kdim, self.vdim) != (d_in, d_in):
+            _check_cross_options(self.kdim, self.vdim, d_in, causal=causal, rope=rope,
+                                 sink_logit=sink_logit, mask=mask,
+                                 score_mods=self.score_mods)  # fmt: skip
         check_dropout(dropout)
         self.d_in = d_in
         self.d_out = d_out
@@ -316,6 +312,8 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
+        # what a cache from init_cache is made for: forward's fast check (None: no self-cache)
+        self._layout = (num_kv_heads, self.head_dim, self.window, self.sinks) if causal else None
         self.register_load_state_dict_pre_hook(_drop_book_mask)  # type: ignore[no-untyped-call]
 
     @property
@@ -345,6 +343,8 @@ class MultiHeadAttention(nn.Module):
         document_ids: Tensor | None = ...,
         key: Tensor | None = ...,
         value: Tensor | None = ...,
+        positions: Tensor | None = ...,
+        angles: tuple[Tensor, Tensor] | None = ...,
     ) -> Tensor: ...
 
     @overload
@@ -358,6 +358,8 @@ class MultiHeadAttention(nn.Module):
         document_ids: Tensor | None = ...,
         key: Tensor | None = ...,
         value: Tensor | None = ...,
+        positions: Tensor | None = ...,
+        angles: tuple[Tensor, Tensor] | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
@@ -371,6 +373,8 @@ class MultiHeadAttention(nn.Module):
         document_ids: Tensor | None = ...,
         key: Tensor | None = ...,
         value: Tensor | None = ...,
+        positions: Tensor | None = ...,
+        angles: tuple[Tensor, Tensor] | None = ...,
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -383,16 +387,23 @@ class MultiHeadAttention(nn.Module):
         document_ids: Tensor | None = None,
         key: Tensor | None = None,
         value: Tensor | None = None,
+        positions: Tensor | None = None,
+        angles: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Attend over `x`: check the inputs, then [`attend`][attention.multihead.MultiHeadAttention.attend].
+        """The one forward: self-attention over `x`, or cross-attention to `key`/`value`.
+
+        Its checks read only shapes, dtypes and devices (no value of a tensor, so no wait for
+        the device on a decode step); a [`GPTModel`][attention.gpt.GPTModel] checks its ids
+        and mask values once and calls this in every block, so hooks on a block's `att` fire.
 
         Args:
             x: shape `(batch, num_tokens, d_in)`, `num_tokens <= context_length`, of the
                 parameters' dtype and device.
             key_padding_mask: optional bool `(batch, num_tokens)`, True marks padding. A padded
                 position takes no part: no query attends to it, it attends to nothing (zero
-                weights, a zero context vector, so its output is `out_proj`'s bias), and its
-                input is never read (NaN or inf there changes nothing, gradients included).
+                weights, a zero context vector, so its output is `out_proj`'s bias), its
+                input is never read (NaN or inf there changes nothing, gradients included),
+                and windows and sinks count real tokens only.
             need_weights: also return the attention weights (runs the explicit path). With a
                 ring-buffer cache, their columns are the keys the cache returned: its slots,
                 in slot order (`cache.positions` says which position each holds), then the
@@ -406,9 +417,16 @@ class MultiHeadAttention(nn.Module):
                 packed in one row; a query sees only the keys of its own document.
             key: cross-attention: `(batch, num_keys, kdim)`, the other sequence (an
                 encoder's output) the keys come from; `key_padding_mask` is then its padding,
-                `(batch, num_keys)`. Needs `causal=False` and no RoPE: see
-                [`cross_attend`][attention.multihead.MultiHeadAttention.cross_attend].
+                `(batch, num_keys)`. Needs `causal=False`, no RoPE, mask or score modifier.
+                With a cache, the first call passes `key` and fills it; later calls (a
+                decoder's steps) pass none and read it.
             value: `(batch, num_keys, vdim)`, what the values come from; default `key`.
+            positions: each row's own positions `(batch, num_tokens)`, padding excluded, if
+                the caller computed them ([`next_positions`][attention.cache.next_positions]);
+                default: computed here from the cache and `key_padding_mask`.
+            angles: RoPE's `(cos, sin)` at those positions, made once by a model for every
+                layer ([`RotaryTable.at`][attention.positions.RotaryTable.at]); default: made
+                here.
 
         Returns:
             `context_vec` of shape `(batch, num_tokens, d_out)`; with `need_weights=True`,
@@ -418,41 +436,99 @@ class MultiHeadAttention(nn.Module):
         Raises:
             TypeError: `x` is not floating point or not of the parameters' dtype; `cache` not
                 a `KVCache`; `document_ids` not integers.
-            ValueError: wrong rank or width of `x`, too many tokens, another device, a mask
-                or document ids of the wrong shape, or a cache this chunk does not fit.
-        """  # noqa: E501
-        check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
-        check_flag("need_weights", need_weights)
-        cross_cache = cache is not None and self.rule.bounds.everything
-        if key is not None or value is not None or cross_cache:
-            if document_ids is not None:
-                raise ValueError("document_ids pack one sequence's documents: not for "
-                                 "cross-attention (key given)")  # fmt: skip
+            ValueError: wrong rank or width of `x`, too many tokens, another device, a mask,
+                positions or document ids of the wrong shape, or a cache this chunk does not
+                fit.
+
+        Examples:
+            >>> layer = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, causal=False, kdim=6,
+            ...                            vdim=6)
+            >>> memory = torch.randn(2, 5, 6)  # (batch, num_keys, kdim): an encoder's output
+            >>> cache = layer.init_cache(batch_size=2, max_tokens=5)
+            >>> first = layer(torch.randn(2, 3, 8), key=memory, cache=cache)  # fills the cache
+            >>> step = layer(torch.randn(2, 1, 8), cache=cache)  # reads it: (2, 1, 8)
+            >>> cache.length  # the 5 keys, stored once
+            5
+        """
+        w = self.W_query.weight  # the fast test first: a failed one names what is wrong
+        if not (type(x) is Tensor and x.ndim == 3 and x.shape[2] == self.d_in
+                and x.shape[1] <= self.context_length and x.dtype == w.dtype
+                and x.device == w.device):  # fmt: skip
+            check_input(x, self.d_in, self.context_length, batched=True, like=w)  # or autocast
+        if need_weights is not False and need_weights is not True:
+            check_flag("need_weights", need_weights)
+        if key is not None or value is not None or (cache is not None and self._cross):
+            if document_ids is not None or positions is not None or angles is not None:
+                raise ValueError("document_ids pack one sequence's documents (positions and "
+                                 "angles place its tokens): not for cross-attention (key "
+                                 "given)")  # fmt: skip
             self._check_cross(x.shape[0], key, value, key_padding_mask, cache)
-            out, weights = self.cross_attend(x, key, value, key_padding_mask, cache,
-                                             need_weights=need_weights)  # fmt: skip
+            out, weights = self._cross_attend(x, key, value, key_padding_mask, cache,
+                                              need_weights=need_weights)  # fmt: skip
             return out if weights is None else (out, weights)
         if (self.kdim, self.vdim) != (self.d_in, self.d_in):
             raise ValueError(f"this module projects keys from kdim={self.kdim} and values from "
                              f"vdim={self.vdim} wide inputs: pass key= (and value=), the "
                              "sequence to attend to")  # fmt: skip
         b, num_tokens, _ = x.shape
-        if key_padding_mask is not None:
-            check_padding_mask(key_padding_mask, b, num_tokens, x.device)
-            # Padded positions must not matter at all: not even a NaN there may reach the
-            # real outputs (0 * NaN = NaN inside a matmul), so their inputs are zeroed first.
+        if key_padding_mask is not None or document_ids is not None or positions is not None:
+            self._check_rows(b, num_tokens, x.device, key_padding_mask, document_ids, positions)
+        if key_padding_mask is not None:  # not even a NaN there may reach a real output
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
-        if document_ids is not None:
-            _check_documents(document_ids, b, num_tokens, x.device)
-        if cache is not None:
-            self.check_cache(cache, b, num_tokens)
-        start, pads = (0, None) if cache is None else (cache.length, cache.pads)
-        positions = next_positions(num_tokens, start, pads, key_padding_mask)  # (b, T) | None
-        out, attn_weights = self.attend(x, cache, padded=key_padding_mask, documents=document_ids,
-                                        positions=positions, need_weights=need_weights)  # fmt: skip
+        if cache is not None and not (  # fast: a cache of this layout with room; else named
+            self._layout is not None and getattr(cache, "layout", None) == self._layout
+            and cache.keys.shape[0] == b and cache.keys.dtype == w.dtype
+            and cache.keys.device == w.device
+            and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
+        ):  # fmt: skip
+            self._check_cache(cache, b, num_tokens, w)
+        if angles is not None and not (type(angles) is tuple and len(angles) == 2
+                                       and type(angles[0]) is Tensor
+                                       and angles[0].shape[-2:] == (num_tokens, self.head_dim)
+                                       and self.rotary is not None):  # fmt: skip
+            self._check_angles(angles, num_tokens)
+        if positions is None and (
+            key_padding_mask is not None or (cache is not None and cache.pads is not None)
+        ):
+            start, pads = (0, None) if cache is None else (cache.length, cache.pads)
+            positions = next_positions(num_tokens, start, pads, key_padding_mask)  # (b, T)|None
+        out, attn_weights = self._attend(x, cache, padded=key_padding_mask, documents=document_ids,
+                                         positions=positions, angles=angles,
+                                         need_weights=need_weights)  # fmt: skip
         return out if attn_weights is None else (out, attn_weights)
 
-    def attend(
+    def _check_rows(
+        self,
+        batch: int,
+        num_tokens: int,
+        device: torch.device,
+        key_padding_mask: object,
+        document_ids: object,
+        positions: object,
+    ) -> None:
+        """Raise an error naming the argument unless each is `(batch, num_tokens)`, as it must."""
+        if key_padding_mask is not None:
+            check_padding_mask(key_padding_mask, batch, num_tokens, device)
+        if document_ids is not None:
+            _check_documents(document_ids, batch, num_tokens, device)
+        if positions is not None:
+            pos = check_tensor("positions", positions)
+            if pos.shape != (batch, num_tokens) or pos.is_floating_point() or pos.device != device:
+                raise ValueError(f"positions must be integers of shape (batch, num_tokens) = "
+                                 f"({batch}, {num_tokens}) on {device}, got {pos.dtype} "
+                                 f"{tuple(pos.shape)} on {pos.device}")  # fmt: skip
+
+    def _check_angles(self, angles: object, num_tokens: int) -> None:
+        """RoPE's `(cos, sin)`: two tensors of `head_dim` columns, one per query position."""
+        ok = type(angles) is tuple and len(angles) == 2 and self.rotary is not None
+        cos = angles[0] if ok else None  # type: ignore[index]
+        if not (ok and isinstance(cos, Tensor) and isinstance(angles[1], Tensor)  # type: ignore[index]
+                and cos.shape[-1] == self.head_dim and cos.shape[-2] == num_tokens):  # fmt: skip
+            raise ValueError(f"angles must be RoPE's (cos, sin) for {num_tokens} positions and "
+                             f"head_dim={self.head_dim}, in a module with rope=True (rope="
+                             f"{self.rope}); got {type(angles).__name__}")  # fmt: skip
+
+    def _attend(
         self,
         x: Tensor,
         cache: KVCache | None = None,
@@ -463,21 +539,17 @@ class MultiHeadAttention(nn.Module):
         angles: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """The forward's computation, without its checks: for callers that made them.
-
-        A [`GPTModel`][attention.gpt.GPTModel] checks its token ids once and calls this in
-        every block, so a decode step runs no check and no host synchronisation.
+        """Self-attention, after [`forward`][attention.multihead.MultiHeadAttention.forward]'s
+        checks: project, rotate, store in the cache, plan the kernel call, attend, merge heads.
 
         Args:
             x: `(batch, num_tokens, d_in)`, padded positions zeroed.
             cache: the layer's cache, or None.
             padded: `(batch, num_tokens)` bool, True = padding, or None.
             documents: `(batch, num_tokens)` document ids, or None.
-            positions: `(batch, num_tokens)` each row's own positions, padding excluded
-                ([`next_positions`][attention.cache.next_positions]); None while they are the
-                slots `start ...` for every row.
-            angles: RoPE's `(cos, sin)` at those positions, made once by the model for every
-                layer ([`RotaryTable.at`][attention.positions.RotaryTable.at]); None: made here.
+            positions: `(batch, num_tokens)` each row's own positions, padding excluded; None
+                while they are the slots `start ...` for every row.
+            angles: RoPE's `(cos, sin)` at those positions, or None: made here.
             need_weights: also return the weights (explicit path).
 
         Returns:
@@ -530,7 +602,7 @@ class MultiHeadAttention(nn.Module):
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         return out, attn_weights
 
-    def cross_attend(
+    def _cross_attend(
         self,
         x: Tensor,
         key: Tensor | None,
@@ -544,32 +616,12 @@ class MultiHeadAttention(nn.Module):
 
         $Q = X W_q$, $K = M_k W_k$, $V = M_v W_v$ for the other sequence $M$ (`key`,
         `value`: an encoder's output, in an encoder-decoder); every query sees every real key
-        (nothing is causal between two sequences), none of the keys' padding. A cache
-        (from [`init_cache`][attention.multihead.MultiHeadAttention.init_cache]) holds the
-        keys and values once: the first call, with `key`, fills it; later calls (a decoder's
-        steps) pass `key=None` and read them. `forward` checks the arguments and calls this.
-
-        Args:
-            x: queries' input, `(batch, num_tokens, d_in)`.
-            key: `(batch, num_keys, kdim)`, or None to read the cache.
-            value: `(batch, num_keys, vdim)`; default `key`.
-            key_padding_mask: `(batch, num_keys)` bool, True = padding in the other sequence;
-                a query whose keys are all padding gets a zero context vector.
-            cache: a cache to fill (with `key`) or to read (without).
-            need_weights: also return the weights `(batch, num_heads, num_tokens, num_keys)`.
+        (nothing is causal between two sequences), none of the keys' padding. A cache holds
+        the keys and values once: the first call, with `key`, fills it; later calls pass
+        `key=None` and read them. `forward` checked the arguments.
 
         Returns:
             `(context_vec, attn_weights)`, the weights None without `need_weights`.
-
-        Examples:
-            >>> layer = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, causal=False, kdim=6,
-            ...                            vdim=6)
-            >>> memory = torch.randn(2, 5, 6)  # (batch, num_keys, kdim): an encoder's output
-            >>> cache = layer.init_cache(batch_size=2, max_tokens=5)
-            >>> first = layer(torch.randn(2, 3, 8), key=memory, cache=cache)  # fills the cache
-            >>> step = layer(torch.randn(2, 1, 8), cache=cache)  # reads it: (2, 1, 8)
-            >>> cache.length  # the 5 keys, stored once
-            5
         """
         b, num_tokens, _ = x.shape
         queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
@@ -770,9 +822,11 @@ class MultiHeadAttention(nn.Module):
                     f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
                 )
         weight = self.W_key.weight
-        return KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
-                       window=window, sinks=self.sinks, device=weight.device,
-                       dtype=weight.dtype)  # fmt: skip
+        cache = KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
+                        window=window, sinks=self.sinks, device=weight.device,
+                        dtype=weight.dtype)  # fmt: skip
+        cache.layout = self._layout
+        return cache
 
     def check_cache(self, cache: object, batch_size: int, num_tokens: int) -> None:
         """Raise an error naming `cache` unless it was made for this layer and fits the chunk.
@@ -787,30 +841,36 @@ class MultiHeadAttention(nn.Module):
             ValueError: a non-causal module, another head layout, dtype or device, window,
                 batch size, or no room left.
         """
+        self._check_cache(cache, batch_size, num_tokens, self.W_key.weight)
+
+    def _check_cache(self, cache: object, batch_size: int, num_tokens: int, like: Tensor) -> None:
         if not isinstance(cache, KVCache):
             raise TypeError(
                 f"cache must be a KVCache (from init_cache), got {type(cache).__name__}"
             )
-        if not self.causal:
+        if not self.rule.bounds.causal:
             raise ValueError(
                 f"cache needs a mask that hides the future; this module's mask {self.rule!r} "
                 "does not certainly (causal=False, or a mask_mod without bounds: pass "
                 "causal=True with it, or use causal() & mask): a later token would change "
                 "what the cached ones attended to")  # fmt: skip
-        weight, keys = self.W_key.weight, cache.keys
+        keys = cache.keys
         made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
-        if made != (self.num_kv_heads, self.head_dim, weight.dtype, weight.device):
+        if made != (self.num_kv_heads, self.head_dim, like.dtype, like.device):
             raise ValueError(
                 f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, {made[2]} on "
                 f"{made[3]}; this module has num_kv_heads={self.num_kv_heads}, head_dim="
-                f"{self.head_dim}, {weight.dtype} on {weight.device}: use its init_cache"
+                f"{self.head_dim}, {like.dtype} on {like.device}: use its init_cache"
             )
-        if cache.ring and (cache.window, cache.sinks) != (self.window, self.sinks):
+        if cache.ring and (cache.window, cache.sinks) != (
+            self.rule.bounds.reach or None,
+            self.rule.bounds.anchor,
+        ):
             raise ValueError(f"cache keeps window={cache.window}, sinks={cache.sinks}; this "
                              f"module has window={self.window}, sinks={self.sinks}")  # fmt: skip
-        if batch_size != cache.batch_size:
+        if batch_size != keys.shape[0]:
             raise ValueError(
-                f"cache was made for batch_size={cache.batch_size}, got a batch of {batch_size}"
+                f"cache was made for batch_size={keys.shape[0]}, got a batch of {batch_size}"
             )
         limit = cache.max_tokens
         if limit is not None and cache.length + num_tokens > limit:
@@ -929,6 +989,16 @@ def _rule(causal: bool | None, window: int | None, sinks: int, mask: object) -> 
     if causal is False and rule.bounds.causal:
         raise ValueError(f"causal=False, but mask={rule!r} hides the future: drop causal=")
     return from_flags(True, None, 0) & rule if causal else rule
+
+
+def _check_cross_options(kdim: int, vdim: int, d_in: int, **options: object) -> None:
+    """Other widths than `d_in` are for cross-attention: no causal mask, RoPE, sink or mask."""
+    if any(value not in (False, None, ()) for value in options.values()):
+        got = ", ".join(f"{k}={v}" for k, v in options.items())
+        raise ValueError(
+            f"kdim={kdim}, vdim={vdim} (other than d_in={d_in}) are for cross-attention, "
+            f"which needs causal=False, rope=False, no sink_logit, mask or score_mods; got {got}"
+        )
 
 
 def _check_scale(scale: object) -> float:

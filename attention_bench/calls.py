@@ -49,7 +49,7 @@ def decode_calls(model: GPTModel, prompt_tokens: int = 8) -> dict[str, float]:
 
     Returns:
         `{"step": ..., "per_layer": step / n_layers, "attention": ...}`, the last for one
-        block's `MultiHeadAttention.attend` on its own.
+        block's `MultiHeadAttention` called on its own.
     """
     blocks = model.blocks
     with torch.no_grad():
@@ -60,5 +60,5 @@ def decode_calls(model: GPTModel, prompt_tokens: int = 8) -> dict[str, float]:
         att = blocks[0].att
         cache = att.init_cache(1, prompt_tokens + 2)
         x = torch.zeros(1, 1, att.d_in, dtype=att.W_query.weight.dtype)
-        attention = count_calls(lambda: att.attend(x, cache))
+        attention = count_calls(lambda: att(x, cache=cache))
     return {"step": step, "per_layer": step / len(blocks), "attention": attention}

@@ -13,6 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import Tensor
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
@@ -385,3 +386,77 @@ def test_packed_documents_see_only_themselves(extra: dict[str, object]) -> None:
         model(a, document_ids=docs[:, :5], attention_mask=torch.ones(1, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="document_ids"):
         model(a, document_ids=docs)  # (1, 12) for 5 tokens
+
+
+SMALL = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
+         "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+ROPE_WINDOW = {"rope_base": 10000.0, "window": 4, "n_kv_heads": 2}
+
+
+@pytest.mark.parametrize("extra", [{}, ROPE_WINDOW], ids=["gpt2", "rope-window-gqa"])
+def test_hooks_on_a_blocks_attention_fire_inside_the_model(extra: dict[str, object]) -> None:
+    """A block calls its attention module (the one forward), so its hooks see every call."""
+    torch.manual_seed(0)
+    model = GPTModel({**SMALL, **extra}).eval()
+    seen: list[tuple[int, Tensor]] = []
+    att = model.blocks[1].att
+    hook = att.register_forward_hook(lambda m, args, out: seen.append((args[0].shape[1], out)))
+    try:
+        ids = torch.randint(0, 50, (2, 9))
+        with torch.no_grad():
+            model(ids)
+            generate(model, ids[:, :5], max_new_tokens=3)
+    finally:
+        hook.remove()
+    assert [n for n, _ in seen] == [9, 5, 1, 1]  # the whole forward; a prefill, two steps
+    assert seen[0][1].shape == (2, 9, SMALL["emb_dim"])
+
+
+@pytest.mark.parametrize("extra", [{}, ROPE_WINDOW], ids=["gpt2", "rope-window-gqa"])
+def test_a_forward_and_a_decode_step_read_no_tensor_value(extra: dict[str, object]) -> None:
+    """Metadata checks only: on `meta` (no values at all) any read of a value would raise."""
+    with torch.device("meta"):
+        model = GPTModel({**SMALL, **extra}).eval()
+        caches = model.init_caches(2, 12)
+        ids = torch.zeros(2, 5, dtype=torch.long)
+    assert model.logits(ids, caches).shape == (2, 5, 50)
+    assert model.logits(ids[:, :1], caches).shape == (2, 1, 50)
+    assert caches[0].length == 6
+
+
+@pytest.mark.parametrize(
+    ("extra", "ceiling"), [({}, 74.5), (ROPE_WINDOW, 84.2)], ids=["gpt2", "rope-window-gqa"]
+)
+def test_a_decode_step_enters_no_more_python_functions_than_before(
+    extra: dict[str, object], ceiling: float
+) -> None:
+    """Counted, not timed: the calls per layer-step before the one forward (a098dd2: 74.5
+    and 84.2 with torch 2.13) bound what the checked module call may cost."""
+    from attention_bench.calls import decode_calls
+
+    model = GPTModel({**SMALL, "n_layers": 12, "context_length": 64, **extra}).eval()
+    assert decode_calls(model)["per_layer"] <= ceiling
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"positions": torch.zeros(2, 4)}, ValueError, "positions must be integers of shape"),
+        ({"positions": torch.zeros(2, 3, dtype=torch.long)}, ValueError, r"\(2, 5\)"),
+        ({"angles": (torch.zeros(5, 8),)}, ValueError, "angles must be RoPE's"),
+        ({"angles": "cos, sin"}, ValueError, "angles must be RoPE's"),
+        ({"need_weights": 1}, TypeError, "need_weights"),
+    ],
+)
+def test_the_forwards_model_arguments_are_checked_by_name(
+    kwargs: dict[str, object], error: type[Exception], match: str
+) -> None:
+    layer = MultiHeadAttention(16, 16, 8, 0.0, num_heads=2, rope=True)
+    with pytest.raises(error, match=match):
+        layer(torch.randn(2, 5, 16), **kwargs)
+
+
+def test_angles_on_a_layer_without_rope_are_refused() -> None:
+    layer = MultiHeadAttention(16, 16, 8, 0.0, num_heads=2)
+    with pytest.raises(ValueError, match=r"rope=True \(rope=False\)"):
+        layer(torch.randn(2, 5, 16), angles=(torch.zeros(5, 8), torch.zeros(5, 8)))
