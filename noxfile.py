@@ -62,6 +62,13 @@ def require_cuda(session: nox.Session) -> None:
     session.env["ATTENTION_DEVICE"] = "cuda"
 
 
+def site_package(session: nox.Session) -> None:
+    """Put the repository root on the path: `attention_site`, the site's tooling, is not
+    installed with the library (`pip install .` leaves it out); the sessions that use it (the
+    tests, the build, the browser check) import it from the checkout."""
+    session.env["PYTHONPATH"] = str(Path(__file__).parent)
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff (lint, format) over the tree; mypy --strict over all but the tests; actionlint."""
@@ -75,7 +82,8 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     hooks = sorted(str(path) for path in Path("docs/hooks").glob("*.py"))  # each a module
-    session.run("mypy", "attention", "attention_bench", *hooks, "noxfile.py")
+    site_package(session)
+    session.run("mypy", "attention", "attention_bench", "attention_site", *hooks, "noxfile.py")
     session.run("actionlint")  # .github/workflows/*.yml
 
 
@@ -102,12 +110,14 @@ def tests(session: nox.Session) -> None:
     """
     install_torch(session)
     session.install("-e", ".[test,bench]")  # bench: tests/test_hf.py (skipped without it)
+    site_package(session)
     session.run(
         "python",
         "-m",
         "pytest",
         "tests",
         "attention",
+        "attention_site",
         "attention_bench",
         "README.md",
         "--doctest-modules",
@@ -141,6 +151,7 @@ def install_docs(session: nox.Session) -> None:
     """torch, then the package with the `docs` extra (mkdocs-material, markdown-exec, ...)."""
     install_torch(session)
     session.install("-e", ".[docs]")
+    site_package(session)
     # the build runs the explorer's forward in Chromium (docs/hooks/explorer.py)
     session.env["ATTENTION_CHROMIUM"] = chromium(session)
     # Two end-of-life notices printed by dependencies (Material's, and properdocs' pulled in by
@@ -197,6 +208,7 @@ def site(session: nox.Session) -> None:
     if not os.path.exists("site/index.html"):
         docs(session)
     session.install("playwright>=1.45")  # the Python driver only: never `playwright install`
+    site_package(session)
     session.run(
         "python", "tests/browser/check_site.py", "--site", "site", "--chromium", browser,
         *session.posargs,

@@ -1,61 +1,33 @@
 """Self-attention derived step by step, from dot products to a fused multi-head module.
 
-The package reads bottom-up like the derivation (chapter numbers are the site's):
+The package has four floors, read bottom-up like the site; each imports only the floors below
+it (and [`attention.checks`][attention.checks], the argument checks every floor shares):
 
-- [`attention.core`][attention.core]: scores, masks, stable softmax, explicit attention.
-- [`attention.simple`][attention.simple]: chapter 3, no trainable weights.
-- [`attention.self_attention`][attention.self_attention]: chapter 4, `SelfAttentionV1`, `V2`.
-- [`attention.causal`][attention.causal]: chapters 6-7, `CausalAttention`.
-- [`attention.multihead`][attention.multihead]: chapters 8-9, the wrapper and the production
-  `MultiHeadAttention`: one forward (project, rotate, cache, attend, merge).
-- [`attention.masks`][attention.masks]: which keys a query may see, as FlexAttention's
-  `mask_mod` functions (causal, window, sinks, documents, padding, yours), with the bounds
-  every kernel choice and the cache derive from; [`attention.score_mods`][attention.score_mods]:
-  functions that change a score before the softmax.
-- [`attention.fused`][attention.fused]: the planner: the least the fused kernel needs.
-- [`attention.prefix_lm`][attention.prefix_lm], [`attention.alibi`][attention.alibi],
-  [`attention.softcap`][attention.softcap]: variants, each one mask or score modifier.
-- [`attention.cache`][attention.cache]: the key/value cache, linear or a ring buffer.
-- [`attention.positions`][attention.positions], [`attention.sinks`][attention.sinks]: RoPE
-  and attention sinks.
-- [`attention.gpt`][attention.gpt]: the book's GPT on this attention.
-- [`attention.generation`][attention.generation]: writing text with it: the book's loop, and
-  batches of prompts of different lengths, sampling, stops per row, streaming.
-- [`attention.weights`][attention.weights]: weights in and out: Hugging Face's GPT-2 (a state
-  dict, a file, a directory), the book's chapter-5 layout, one Llama or Mistral attention layer.
-- [`attention.text`][attention.text]: chapter 2, the input pipeline: the offline GPT-2
-  tokenizer, sliding-window batches, token + position embeddings.
-- [`attention.rnn`][attention.rnn] and [`attention.copy_task`][attention.copy_task]: chapter 1,
-  why attention: a GRU encoder-decoder with and without Bahdanau attention, and the
-  experiment that compares them.
-- [`attention.plot`][attention.plot]: every figure of the site.
-- [`attention.diagrams`][attention.diagrams]: its box-and-arrow diagrams, drawn from the real
-  shapes.
-- [`attention.training`][attention.training]: chapter 8's model trained in the open: two heads
-  that learn to read the previous and the first token.
-- [`attention.seq2seq`][attention.seq2seq]: chapter 14, cross-attention: a transformer
-  encoder-decoder on chapter 1's copy task.
-- [`attention.heads`][attention.heads]: chapter 16, what trained heads do: every head's
-  scores and weights, previous-token and induction scores, a small GPT trained to form them.
-- [`attention.runs`][attention.runs]: trained runs done once per process, and started early
-  in another process by the site's build.
-- [`attention.testing`][attention.testing]: what the tests and the pages share.
+1. [`attention.derivation`][attention.derivation]: the book's stages: the input pipeline,
+   attention without weights, self-attention with $W_q, W_k, W_v$, causal attention, the
+   multi-head wrapper, and the functional core they share.
+2. [`attention.layer`][attention.layer]: the production `MultiHeadAttention`: masks and score
+   modifiers as functions, the planner that picks the kernel call, RoPE, sinks and the cache.
+3. [`attention.model`][attention.model]: the book's GPT on that layer, generation, and
+   checkpoints in and out (Hugging Face's GPT-2, Llama-family attention layers).
+4. [`attention.lab`][attention.lab]: the chapters' experiments: the RNN copy task, the
+   seq2seq transformer, the heads trained in the open, induction heads.
+
+The site's own tooling (figures, diagrams, listings, the explorer, cached runs) is a separate
+package, `attention_site`, not installed with this one.
 
 This module only re-exports.
 """
 
-from attention.alibi import alibi, alibi_slopes
-from attention.causal import CausalAttention
-from attention.core import (
+from attention.derivation.causal import CausalAttention
+from attention.derivation.core import (
     attention_scores,
     causal_mask,
     explicit_attention,
     softmax_stable,
 )
-from attention.multihead import MultiHeadAttention, MultiHeadAttentionWrapper
-from attention.prefix_lm import prefix_lm
-from attention.self_attention import SelfAttentionV1, SelfAttentionV2
-from attention.simple import (
+from attention.derivation.self_attention import SelfAttentionV1, SelfAttentionV2
+from attention.derivation.simple import (
     EXAMPLE_TOKENS,
     attn_scores_for_query,
     attn_scores_loop,
@@ -67,8 +39,7 @@ from attention.simple import (
     simplified_self_attention,
     softmax_naive,
 )
-from attention.softcap import softcap
-from attention.text import (
+from attention.derivation.text import (
     GPT2_VOCAB_SIZE,
     GPTDatasetV1,
     TokenAndPositionEmbedding,
@@ -79,6 +50,11 @@ from attention.text import (
     text_to_token_ids,
     token_ids_to_text,
 )
+from attention.derivation.wrapper import MultiHeadAttentionWrapper
+from attention.layer.alibi import alibi, alibi_slopes
+from attention.layer.multihead import MultiHeadAttention
+from attention.layer.prefix_lm import prefix_lm
+from attention.layer.softcap import softcap
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 """Generation of a padded batch: prompts of different lengths together, against one by one.
 
 Four prompts of different lengths (3, 17, 64 and 200 tokens for the committed run) are
-left-padded into one batch ([`pad_prompts`][attention.generation.pad_prompts]) and generated
+left-padded into one batch ([`pad_prompts`][attention.model.generation.pad_prompts]) and generated
 together; the same prompts are also generated one after another. Both write the same tokens
 (the tests check it; the row records it again), so what differs is the time per token. Where
 `transformers` is installed, Hugging Face's GPT-2 on the same weights generates the same padded
@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention.generation import generate, pad_prompts
-from attention.gpt import GPT_CONFIG_124M, GPTModel
+from attention.model.generation import generate, pad_prompts
+from attention.model.gpt import GPT_CONFIG_124M, GPTModel
 from attention_bench import hf as hf_gpt2
 from attention_bench.measuring import Device, Timing
 

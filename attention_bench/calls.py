@@ -6,7 +6,7 @@ events: Python functions entered, torch's C functions aside) is exact and the sa
 machine, unlike a timing.
 
 Examples:
-    >>> from attention.gpt import GPTModel
+    >>> from attention.model.gpt import GPTModel
     >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
     ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}
     >>> calls = decode_calls(GPTModel(cfg).eval())
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from attention.gpt import GPTModel
+from attention.model.gpt import GPTModel
 
 __all__ = ["count_calls", "decode_calls"]
 

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention.gpt import GPT_CONFIG_124M, GPTModel
-from attention.multihead import MultiHeadAttention
-from attention.shapes import ModelShape, kv_cache_bytes
+from attention.layer.multihead import MultiHeadAttention
+from attention.model.gpt import GPT_CONFIG_124M, GPTModel
+from attention.model.shapes import ModelShape, kv_cache_bytes
 from attention_bench import hf as hf_gpt2
 from attention_bench.generation import hf_contender, our_contender, time_contenders
 from attention_bench.measuring import ROOF_BYTES, Device, Timing, measure, roof

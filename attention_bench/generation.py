@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention.generation import generate
-from attention.gpt import GPTModel
+from attention.model.generation import generate
+from attention.model.gpt import GPTModel
 from attention_bench import hf as hf_gpt2
 from attention_bench.measuring import Device
 
@@ -38,8 +38,8 @@ class Contender:
 
 
 def our_contender(model: GPTModel, max_tokens: int) -> Contender:
-    """Ours: [`GPTModel`][attention.gpt.GPTModel] with a cache per block of `max_tokens`, and
-    [`generate`][attention.generation.generate] (greedy). The caches are allocated in the
+    """Ours: [`GPTModel`][attention.model.gpt.GPTModel] with a cache per block of `max_tokens`, and
+    [`generate`][attention.model.generation.generate] (greedy). The caches are allocated in the
     prefill."""
 
     def prefill(prompt: Tensor) -> tuple[Tensor, Any]:

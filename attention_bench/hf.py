@@ -3,10 +3,10 @@
 [`to_hf_gpt2`][attention_bench.hf.to_hf_gpt2] copies a plain GPT-2 `GPTModel` (learned
 positions, every head its own keys and values, no window) into a `GPT2LMHeadModel` that
 computes the same logits, so the generation benchmark times both libraries on the same
-weights. The names and layouts are those of [`attention.weights`][attention.weights] (one
-mapping, read both ways); this module builds the Hugging Face model around them.
-`transformers` is the `bench` extra (`pip install -e '.[bench]'`); this module imports it
-only when called.
+weights. The names and layouts are those of
+[`attention.model.checkpoints`][attention.model.checkpoints] (one mapping, read both ways); this
+module builds the Hugging Face model around them. `transformers` is the `bench` extra (`pip
+install -e '.[bench]'`); this module imports it only when called.
 
 Two differences of layout, not of arithmetic: Hugging Face's GPT-2 keeps its projections in
 `Conv1D` modules, whose weight is stored `(in, out)` (an `nn.Linear`'s is `(out, in)`), and
@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from attention.gpt import GPTModel
-from attention.multihead import MultiHeadAttention
-from attention.weights import gpt2_to_hf
-from attention.weights import gpt2_unsupported as unsupported
+from attention.layer.multihead import MultiHeadAttention
+from attention.model.checkpoints import gpt2_to_hf
+from attention.model.checkpoints import gpt2_unsupported as unsupported
+from attention.model.gpt import GPTModel
 
 if TYPE_CHECKING:
     from transformers import GPT2LMHeadModel
@@ -62,7 +62,7 @@ def version() -> str:
 def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
     """A `transformers.GPT2LMHeadModel` with `model`'s weights: the same logits, its own code.
 
-    The weights are [`gpt2_to_hf`][attention.weights.gpt2_to_hf]'s: token and position
+    The weights are [`gpt2_to_hf`][attention.model.checkpoints.gpt2_to_hf]'s: token and position
     embeddings to `wte` and `wpe`; per block `norm1`/`norm2` to `ln_1`/`ln_2`, `W_query`,
     `W_key`, `W_value` concatenated into `c_attn` (zero bias without `qkv_bias`), `out_proj`
     to `attn.c_proj`, the feed-forward's two layers to `mlp.c_fc` and `mlp.c_proj`;
@@ -100,7 +100,7 @@ def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
     hf = GPT2LMHeadModel(config)
     nn.Module.to(hf, weight.device, weight.dtype)  # HF's own `to` is typed for its classes only
     nn.Module.eval(hf)
-    hf.load_state_dict(state)  # strict: every tensor, by attention.weights' one mapping
+    hf.load_state_dict(state)  # strict: every tensor, by attention.model.checkpoints' one mapping
     return hf
 
 

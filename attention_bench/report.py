@@ -1,7 +1,7 @@
 """The Performance page's tables and figures, each drawn from one results document.
 
 Tables are Markdown strings; figures are matplotlib figures for
-[`attention.plot.svg`][attention.plot.svg]. The page only calls these.
+[`attention_site.plot.svg`][attention_site.plot.svg]. The page only calls these.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from attention.plot import _INK
 from attention_bench.implementations import WINDOW, Impl, Shape, implementations
 from attention_bench.results import select
 from attention_bench.targets import DECODE_FRACTION, DECODE_READ_FRACTION
+from attention_site.plot import _INK
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -174,7 +174,7 @@ def gpt2_table(res: Mapping[str, Any]) -> str:
 
 def ratio_figure(res: Mapping[str, Any]) -> Figure:
     """Bars: forward+backward time over the reference's, at the GPT-2 shape."""
-    from attention.plot import bars
+    from attention_site.plot import bars
 
     rows = list(select(res, experiment="gpt2", mode="forward_backward"))
     machine = textwrap.fill(res["machine"]["label"], 40)  # a phone's width, in lines
@@ -202,7 +202,7 @@ def _sweep_series(
 def _sweep_figure(
     tokens: list[int], series: dict[str, list[float]], ylabel: str, title: str
 ) -> Figure:
-    from attention.plot import lines
+    from attention_site.plot import lines
 
     series = {name: series[name] for name in IMPLS if name in series}  # the table's order
     fig = lines(tokens, series, xlabel="context length T (tokens)", ylabel=ylabel, title=title,

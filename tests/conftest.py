@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from attention.training import torch_threads
+from attention.lab.threads import torch_threads
 
 CUDA = torch.cuda.is_available()
 

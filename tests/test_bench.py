@@ -476,7 +476,7 @@ def test_decode_without_transformers_records_the_comparison_as_skipped(
 def test_the_roof_measures_reading_apart_and_a_step_outlasts_its_products() -> None:
     """The read bandwidth is measured apart from the copy's; a decode step's products alone
     take less time than the whole step, which runs them and more."""
-    from attention.gpt import GPTModel
+    from attention.model.gpt import GPTModel
     from attention_bench.decode import step_parts
 
     roof = bench.roof(budget_s=0.1, nbytes=2**24)  # 16 MiB: the arithmetic, not the rate

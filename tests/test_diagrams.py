@@ -14,12 +14,13 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.figure import Figure
 
-from attention import MultiHeadAttention, SelfAttentionV1, SelfAttentionV2, diagrams
-from attention.core import causal_mask
-from attention.gpt import TransformerBlock
-from attention.masks import chunk_mask
-from attention.plot import svg
-from attention.rnn import Seq2Seq
+from attention import MultiHeadAttention, SelfAttentionV1, SelfAttentionV2
+from attention.derivation.core import causal_mask
+from attention.lab.rnn import Seq2Seq
+from attention.layer.masks import chunk_mask
+from attention.model.gpt import TransformerBlock
+from attention_site import diagrams
+from attention_site.plot import svg
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 PHONE_COLUMN_PX = 358  # a 390 px wide phone, less the page's side padding

@@ -149,16 +149,16 @@ def test_footer_says_every_output_was_computed_only_where_a_page_computes(
 def test_the_explorer_check_fails_on_a_browser_that_computes_otherwise() -> None:
     from mkdocs.exceptions import PluginError
 
-    from attention.explorer import Published
+    from attention_site.explorer import Published
     from docs.hooks import explorer
 
     torch.manual_seed(0)
-    from attention.gpt import GPTModel
+    from attention.model.gpt import GPTModel
 
     cfg = {"vocab_size": 5, "context_length": 4, "emb_dim": 8, "n_heads": 2, "n_layers": 1,
            "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
     entry = Published("explorer/m.bin", b"", {}, GPTModel(cfg), [])
-    from attention.explorer import EXACT, TOLERANCE
+    from attention_site.explorer import EXACT, TOLERANCE
 
     within = [TOLERANCE / 5, TOLERANCE / 100, EXACT / 10, EXACT / 100]
     explorer._judge(entry, [within])  # within both limits: passes

@@ -16,7 +16,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attention.explorer import (
+from attention.lab.heads import ablate_head, model_weights
+from attention.layer.masks import causal
+from attention.model.gpt import GPTModel
+from attention_site.explorer import (
     MASKS,
     Settings,
     check_cases,
@@ -25,9 +28,6 @@ from attention.explorer import (
     published,
     reference,
 )
-from attention.gpt import GPTModel
-from attention.heads import ablate_head, model_weights
-from attention.masks import causal
 
 CFG = {"vocab_size": 12, "context_length": 16, "emb_dim": 16, "n_heads": 4, "n_layers": 2,
        "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip

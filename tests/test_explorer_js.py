@@ -1,6 +1,6 @@
 """The explorer's forward (docs/javascripts/model.js) against PyTorch, on models the page does
 not ship: grouped key/value heads, biases, learned positions, odd widths; and the explorer's
-table of head scores against attention.heads'.
+table of head scores against attention.lab.heads'.
 
 The site's build checks the page's own model in Chromium; these run the same file under Node.js
 where it is installed (skipped elsewhere), in float64, where only the order of the additions
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from attention.explorer import EXACT, check_cases, export_model, reference
-from attention.gpt import GPTModel
-from attention.heads import induction_score, previous_token_score
+from attention.lab.heads import induction_score, previous_token_score
+from attention.model.gpt import GPTModel
+from attention_site.explorer import EXACT, check_cases, export_model, reference
 
 MODEL_JS = Path(__file__).parents[1] / "docs" / "javascripts" / "model.js"
 NODE = shutil.which("node")
@@ -45,7 +45,7 @@ const errors = input.cases.map((c) => {
   out.weights.flatMap((w) => Array.from(w)).forEach((v, i) => {
     worst = Math.max(worst, Math.abs(v - c.weights[i]));
   });
-  // the table's two scores of every head, as attention.heads computes them (null: NaN)
+  // the table's two scores of every head, as attention.lab.heads computes them (null: NaN)
   const T = c.ids.length, H = input.meta.n_heads;
   out.weights.forEach((w, l) => {
     for (let h = 0; h < H; h++) {

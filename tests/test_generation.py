@@ -1,4 +1,4 @@
-"""Generation as users run it (`attention.generation`): batches of prompts of different lengths,
+"""Generation as users run it (`attention.model.generation`): batches of prompts of different lengths,
 stops per row, top-k / top-p / temperature with generators, eval mode, streaming, bad input.
 
 The central property: a left-padded batch writes, row by row, exactly the tokens each prompt
@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attention.generation import generate, pad_prompts, stream
-from attention.gpt import GPTModel
+from attention.model.generation import generate, pad_prompts, stream
+from attention.model.gpt import GPTModel
 
 LENGTHS = (3, 17, 64, 200)
 VOCAB = 97
@@ -161,7 +161,7 @@ def test_top_k_larger_than_the_vocabulary_and_top_p_one_filter_nothing() -> None
 
 def test_top_p_keeps_the_nucleus_as_hugging_face_does() -> None:
     transformers = pytest.importorskip("transformers")
-    from attention.generation import _nucleus
+    from attention.model.generation import _nucleus
 
     logits = torch.randn(4, VOCAB, dtype=torch.float64) * 3
     for top_p in (0.1, 0.5, 0.9, 0.99):
@@ -252,7 +252,7 @@ def test_pad_prompts_refuses_what_is_not_a_prompt(
 def test_a_smaller_context_size_holds_for_a_model_that_could_run_unbounded() -> None:
     """RoPE and a window could go on forever; asked for 3 tokens of context, the cached loop
     refills as the uncached one crops, and both write what the book's loop writes."""
-    from attention.generation import generate_text_simple
+    from attention.model.generation import generate_text_simple
 
     model = gpt(context_length=12, rope_base=500.0, window=5)
     prompt = torch.randint(0, VOCAB, (1, 8))

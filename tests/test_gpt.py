@@ -17,10 +17,10 @@ from torch import Tensor
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
-from attention.cache import KVCache
-from attention.generation import generate, generate_text_simple
-from attention.gpt import GPT_CONFIG_124M, GPTModel
-from attention.testing import padding_mask
+from attention.layer.cache import KVCache
+from attention.model.generation import generate, generate_text_simple
+from attention.model.gpt import GPT_CONFIG_124M, GPTModel
+from attention_site.testing import padding_mask
 from tests.expected import BOOK_BATCH, BOOK_LOGITS_FIRST
 
 # The book, chapter 4: "Every effort moves you", "Every day holds a" through GPTModel(124M)
@@ -287,7 +287,7 @@ def test_sampling_arguments_and_shared_caches_are_refused_by_name() -> None:
 
 def test_layer_norm_and_gelu_are_the_books_formulas() -> None:
     """The fused kernels compute the formulas the book writes out, to rounding."""
-    from attention.gpt import GELU, LayerNorm
+    from attention.model.gpt import GELU, LayerNorm
 
     x = torch.randn(4, 7, 16, dtype=torch.float64) * 3
     norm = LayerNorm(16).double()

@@ -1,4 +1,4 @@
-"""attention.heads: scores and weights of every head, the two head scores, ablation, training."""
+"""attention.lab.heads: scores and weights of every head, the two head scores, ablation, training."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from attention.gpt import GPTModel
-from attention.heads import (
+from attention.lab.heads import (
     _periodic,
     ablate_head,
     induction_score,
@@ -18,6 +17,7 @@ from attention.heads import (
     repeated_tokens,
     train_induction,
 )
+from attention.model.gpt import GPTModel
 
 CFG = {"vocab_size": 30, "context_length": 12, "emb_dim": 16, "n_heads": 4, "n_layers": 2,
        "drop_rate": 0.0, "qkv_bias": True}  # fmt: skip

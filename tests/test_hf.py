@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from attention.generation import generate
-from attention.gpt import GPT_CONFIG_124M, GPTModel
+from attention.model.generation import generate
+from attention.model.gpt import GPT_CONFIG_124M, GPTModel
 from attention_bench.hf import hf_generate, to_hf_gpt2
 
 pytest.importorskip("transformers")

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
-from attention.fused import plan
-from attention.masks import Bounds, Mask, causal, documents, everything, sinks, window
-from attention.score_mods import ScoreMod
-from attention.testing import padding_mask, reference_attention, sdpa_calls
+from attention.layer.fused import plan
+from attention.layer.masks import Bounds, Mask, causal, documents, everything, sinks, window
+from attention.layer.score_mods import ScoreMod
+from attention_site.testing import padding_mask, reference_attention, sdpa_calls
 
 B, T, D_IN, H, HEAD_DIM = 2, 7, 6, 4, 4
 ATOL = 1e-10

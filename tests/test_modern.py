@@ -1,6 +1,6 @@
 """Grouped-query heads, sliding windows and RoPE in the production module, against a reference.
 
-The reference (`attention.testing.reference_attention`) is written independently of the
+The reference (`attention_site.testing.reference_attention`) is written independently of the
 package's paths, in float64, one head at a time: RoPE through complex numbers, the window and
 padding as explicit index rules, each query head reading its key/value head by `i // group`.
 Every path of the module (fused, explicit) must equal it, in outputs and gradients, in every
@@ -17,9 +17,9 @@ import torch
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
-from attention.masks import from_flags
-from attention.positions import apply_rope, rope_angles, rotate_half
-from attention.testing import padding_mask, reference_attention, sdpa_calls, to_torch_mha
+from attention.layer.masks import from_flags
+from attention.layer.positions import apply_rope, rope_angles, rotate_half
+from attention_site.testing import padding_mask, reference_attention, sdpa_calls, to_torch_mha
 
 B, T, D_IN, H = 3, 11, 6, 4
 HEAD_DIM = 4
@@ -87,7 +87,7 @@ def test_every_combination_equals_the_reference(
 
 def test_rope_scores_depend_only_on_the_offset() -> None:
     """<R_m q, R_n k> is the same for (m, n) and (m + s, n + s)."""
-    from attention.positions import apply_rope, rope_angles
+    from attention.layer.positions import apply_rope, rope_angles
 
     q, k = torch.randn(2, 16, dtype=torch.float64)
     cos, sin = rope_angles(40, 16, dtype=torch.float64)
@@ -194,7 +194,7 @@ def test_compiled_modern_module_matches_eager() -> None:
 
 
 def test_rope_angles_continue_from_an_offset_and_refuse_odd_widths() -> None:
-    from attention.positions import rope_angles
+    from attention.layer.positions import rope_angles
 
     cos, sin = rope_angles(10, 8)
     later_cos, later_sin = rope_angles(4, 8, offset=6)
@@ -204,7 +204,7 @@ def test_rope_angles_continue_from_an_offset_and_refuse_odd_widths() -> None:
 
 
 def test_published_shapes_and_their_cache() -> None:
-    from attention.shapes import PUBLISHED, kv_cache_bytes
+    from attention.model.shapes import PUBLISHED, kv_cache_bytes
 
     for shape in PUBLISHED.values():
         assert shape.num_heads % shape.num_kv_heads == 0
@@ -216,7 +216,7 @@ def test_published_shapes_and_their_cache() -> None:
 
 
 def test_windowed_layers_cache_at_most_the_window() -> None:
-    from attention.shapes import PUBLISHED, ModelShape, kv_cache_bytes
+    from attention.model.shapes import PUBLISHED, ModelShape, kv_cache_bytes
 
     mistral, gemma = PUBLISHED["Mistral 7B v0.1"], PUBLISHED["Gemma 2 9B"]
     per_layer_token = {s.name: kv_cache_bytes(s, 1) // s.num_layers for s in (mistral, gemma)}

@@ -1,4 +1,4 @@
-"""attention.core.online_attention: the online softmax of the fused kernels, block by block."""
+"""attention.derivation.core.online_attention: the online softmax of the fused kernels, block by block."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attention.core import causal_mask, explicit_attention, online_attention
+from attention.derivation.core import causal_mask, explicit_attention, online_attention
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -13,8 +13,8 @@ import torch
 
 pytest.importorskip("matplotlib")
 
-from attention.plot import bars, heatmap, lines, svg
-from attention.simple import EXAMPLE_TOKENS, example_inputs
+from attention.derivation.simple import EXAMPLE_TOKENS, example_inputs
+from attention_site.plot import bars, heatmap, lines, svg
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -30,7 +30,7 @@ def texts(out: str) -> list[str]:
 
 
 def test_import_attention_does_not_import_matplotlib() -> None:
-    code = "import sys, attention, attention.plot; print('matplotlib' in sys.modules)"
+    code = "import sys, attention, attention_site.plot; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
@@ -217,7 +217,7 @@ def test_a_large_heatmap_is_one_image_masked_cells_grey_and_small() -> None:
 
 def test_mask_draws_two_looks_and_a_legend_without_a_colour_scale() -> None:
     from attention import causal_mask
-    from attention.plot import mask
+    from attention_site.plot import mask
 
     fig = mask(causal_mask(4), ["a", "b", "c", "d"], title="m")
     assert len(fig.axes) == 1  # no colour bar
@@ -233,7 +233,7 @@ def test_mask_draws_two_looks_and_a_legend_without_a_colour_scale() -> None:
 
 
 def test_mask_names_its_axes_and_thins_long_labels() -> None:
-    from attention.plot import mask
+    from attention_site.plot import mask
 
     reach = torch.zeros(4, 24, dtype=torch.bool)
     reach[:, :10] = True

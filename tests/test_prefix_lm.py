@@ -8,9 +8,9 @@ from attn_gym.masks import generate_prefix_lm_mask
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention, prefix_lm
-from attention.fused import plan
-from attention.masks import Mask
-from attention.testing import padding_mask, reference_attention
+from attention.layer.fused import plan
+from attention.layer.masks import Mask
+from attention_site.testing import padding_mask, reference_attention
 
 B, T, D_IN, H = 2, 9, 6, 2
 

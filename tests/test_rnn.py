@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attention.copy_task import (
+from attention.lab.copy_task import (
     ExperimentResult,
     copy_batch,
     evaluate_by_length,
@@ -15,7 +15,7 @@ from attention.copy_task import (
     token_letters,
     train,
 )
-from attention.rnn import AdditiveAttention, Seq2Seq, decoder_inputs
+from attention.lab.rnn import AdditiveAttention, Seq2Seq, decoder_inputs
 
 VOCAB_SIZE = 20
 SMALL_BUDGET = {"max_len": 10, "steps": 200, "batch_size": 128}

@@ -1,4 +1,4 @@
-"""attention.runs: a run done once per process, and one started early elsewhere."""
+"""attention_site.runs: a run done once per process, and one started early elsewhere."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from attention import runs
+from attention_site import runs
 
 
 def test_once_runs_each_set_of_arguments_once() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.copy_task import copy_batch, evaluate_by_length, train
-from attention.rnn import decoder_inputs
-from attention.seq2seq import (
+from attention.lab.copy_task import copy_batch, evaluate_by_length, train
+from attention.lab.rnn import decoder_inputs
+from attention.lab.seq2seq import (
     DecoderBlock,
     EncoderBlock,
     Seq2SeqTransformer,

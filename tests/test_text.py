@@ -1,4 +1,4 @@
-"""The offline GPT-2 tokenizer and the text -> embeddings pipeline (attention.text)."""
+"""The offline GPT-2 tokenizer and the text -> embeddings pipeline (attention.derivation.text)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attention.multihead import MultiHeadAttention
-from attention.text import (
+from attention.derivation.text import (
     ENDOFTEXT,
     GPT2_RANKS_PATH,
     GPT2_RANKS_SHA256,
@@ -31,6 +30,7 @@ from attention.text import (
     text_to_token_ids,
     token_ids_to_text,
 )
+from attention.layer.multihead import MultiHeadAttention
 
 # The opening of Edith Wharton's "The Verdict" (1908, public domain), the book's running text.
 VERDICT = "I HAD always thought Jack Gisburn rather a cheap genius--though a good fellow enough"
@@ -117,7 +117,7 @@ def test_encoding_is_cached() -> None:
 
 def test_import_attention_does_not_build_the_encoding() -> None:
     code = (
-        "import sys, attention, attention.text as t; "
+        "import sys, attention, attention.derivation.text as t; "
         "print('tiktoken' in sys.modules, t.gpt2_encoding.cache_info().currsize)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

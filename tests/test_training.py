@@ -1,4 +1,4 @@
-"""attention.training: the task's data, the tiny model, the head scores, and the page's training."""
+"""attention.lab.training: the task's data, the tiny model, the head scores, and the page's training."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention.training import (
+from attention.lab.threads import torch_threads
+from attention.lab.training import (
     TinyAttentionModel,
     first_token_weight,
     head_weights,
     previous_and_first,
     previous_token_weight,
-    torch_threads,
 )
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "multihead.md"

@@ -14,8 +14,15 @@ import torch
 from torch import Tensor, nn
 from torch.testing import assert_close
 
-from attention.gpt import GELU, GPT_CONFIG_124M, FeedForward, GPTModel, LayerNorm, TransformerBlock
-from attention.text import text_to_token_ids
+from attention.derivation.text import text_to_token_ids
+from attention.model.gpt import (
+    GELU,
+    GPT_CONFIG_124M,
+    FeedForward,
+    GPTModel,
+    LayerNorm,
+    TransformerBlock,
+)
 from tests.expected import BOOK_BATCH, BOOK_LOGITS_FIRST
 
 # Section 4.2: torch.manual_seed(123); torch.randn(2, 5) through Linear(5, 6) and ReLU.

@@ -1,4 +1,4 @@
-"""Weights in and out (`attention.weights`): Hugging Face's GPT-2, the book's layout, Llama.
+"""Weights in and out (`attention.model.checkpoints`): Hugging Face's GPT-2, the book's layout, Llama.
 
 A loaded model must be the same model: Hugging Face's logits, its greedy and its seeded
 sampled tokens; a round trip must give back every tensor bit for bit; a Llama or Mistral
@@ -22,10 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from attention import MultiHeadAttention
-from attention.generation import generate
-from attention.gpt import GPTModel
-from attention.testing import reference_attention
-from attention.weights import (
+from attention.model.checkpoints import (
     attention_from_llama,
     attention_to_llama,
     gpt2_config,
@@ -36,6 +33,9 @@ from attention.weights import (
     llama_attention_config,
     load_weights_into_gpt,
 )
+from attention.model.generation import generate
+from attention.model.gpt import GPTModel
+from attention_site.testing import reference_attention
 
 VOCAB, CONTEXT, WIDTH, HEADS, LAYERS = 96, 48, 32, 4, 2
 SETTINGS = {"n_vocab": VOCAB, "n_ctx": CONTEXT, "n_embd": WIDTH, "n_head": HEADS,

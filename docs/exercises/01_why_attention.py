@@ -16,8 +16,8 @@
 # %%
 import torch
 
-from attention.copy_task import VOCAB_SIZE, copy_batch
-from attention.rnn import AdditiveAttention, Seq2Seq
+from attention.lab.copy_task import VOCAB_SIZE, copy_batch
+from attention.lab.rnn import AdditiveAttention, Seq2Seq
 
 _ = torch.manual_seed(0)
 

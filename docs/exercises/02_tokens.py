@@ -11,7 +11,7 @@
 # %%
 import torch
 
-from attention.text import (
+from attention.derivation.text import (
     GPT2_VOCAB_SIZE,
     TokenAndPositionEmbedding,
     gpt2_encoding,

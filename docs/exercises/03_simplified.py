@@ -20,12 +20,12 @@
 import torch
 from IPython.display import HTML
 
-from attention.plot import heatmap, svg
-from attention.simple import (
+from attention.derivation.simple import (
     EXAMPLE_TOKENS,
     example_inputs,
     simplified_self_attention,
 )
+from attention_site.plot import heatmap, svg
 
 inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
 assert inputs.shape == (6, 3)
@@ -57,7 +57,7 @@ attn_scores, attn_weights, context_vec
 # Write the same computation for every query at once, $\Omega = X X^\top$,
 # $A = \operatorname{softmax}(\Omega)$ row by row, $Z = A X$, and check that row 2 of your
 # result is the context vector of exercise 3.1, and that both agree with
-# `attention.simple.simplified_self_attention`.
+# `attention.derivation.simple.simplified_self_attention`.
 
 # %%
 # Solution

@@ -16,12 +16,12 @@
 import torch
 from torch import nn
 
-from attention.core import explicit_attention
-from attention.self_attention import (
+from attention.derivation.core import explicit_attention
+from attention.derivation.self_attention import (
     SelfAttentionV1,
     SelfAttentionV2,
 )
-from attention.simple import example_inputs
+from attention.derivation.simple import example_inputs
 
 inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 d_in, d_out = 3, 2
@@ -78,7 +78,7 @@ sa_v2(inputs)
 #
 # With three `nn.Linear` layers (no bias), project the inputs to queries and keys of width
 # $d_k = 2$ and to values of width $d_v = 4$, and attend with
-# `attention.core.explicit_attention`. Check the shapes, then show that the attention
+# `attention.derivation.core.explicit_attention`. Check the shapes, then show that the attention
 # *weights* do not depend on the value projection at all: re-initialise `W_value` and
 # compare.
 

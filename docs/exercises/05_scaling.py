@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from attention.core import softmax_stable
+from attention.derivation.core import softmax_stable
 
 _ = torch.manual_seed(123)
 

@@ -22,8 +22,8 @@ from attention import (
     causal_mask,
     explicit_attention,
 )
-from attention.plot import heatmap, svg
-from attention.simple import EXAMPLE_TOKENS, example_inputs
+from attention.derivation.simple import EXAMPLE_TOKENS, example_inputs
+from attention_site.plot import heatmap, svg
 
 inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)

@@ -23,8 +23,8 @@ from attention import (
     causal_mask,
     explicit_attention,
 )
-from attention.plot import lines, svg
-from attention.simple import example_inputs
+from attention.derivation.simple import example_inputs
+from attention_site.plot import lines, svg
 
 inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 torch.manual_seed(789)

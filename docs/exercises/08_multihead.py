@@ -24,17 +24,17 @@ import torch.nn.functional as F
 from IPython.display import HTML
 
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper
-from attention.copy_task import token_letters
-from attention.plot import heatmap, svg
-from attention.simple import EXAMPLE_TOKENS, example_inputs
-from attention.training import (
+from attention.derivation.simple import EXAMPLE_TOKENS, example_inputs
+from attention.lab.copy_task import token_letters
+from attention.lab.threads import torch_threads
+from attention.lab.training import (
     TinyAttentionModel,
     first_token_weight,
     head_weights,
     previous_and_first,
     previous_token_weight,
-    torch_threads,
 )
+from attention_site.plot import heatmap, svg
 
 inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
 batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)

@@ -15,8 +15,8 @@ import math
 import torch
 
 from attention import MultiHeadAttention
-from attention.positions import apply_rope, rope_angles
-from attention.testing import padding_mask
+from attention.layer.positions import apply_rope, rope_angles
+from attention_site.testing import padding_mask
 
 _ = torch.manual_seed(0)
 

@@ -11,7 +11,7 @@
 import torch
 
 from attention import MultiHeadAttention, causal_mask, explicit_attention
-from attention.shapes import PUBLISHED, kv_cache_bytes
+from attention.model.shapes import PUBLISHED, kv_cache_bytes
 
 # %% [markdown]
 # ## Exercise 11.1: the cache of a long conversation

@@ -12,7 +12,7 @@
 import torch
 from torch import nn
 
-from attention.gpt import GPT_CONFIG_124M, LayerNorm, TransformerBlock
+from attention.model.gpt import GPT_CONFIG_124M, LayerNorm, TransformerBlock
 
 _ = torch.manual_seed(0)
 

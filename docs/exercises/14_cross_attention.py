@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from attention import MultiHeadAttention
-from attention.copy_task import VOCAB_SIZE, copy_batch
-from attention.rnn import decoder_inputs
-from attention.seq2seq import Seq2SeqTransformer
+from attention.lab.copy_task import VOCAB_SIZE, copy_batch
+from attention.lab.rnn import decoder_inputs
+from attention.lab.seq2seq import Seq2SeqTransformer
 
 _ = torch.manual_seed(0)
 

@@ -13,8 +13,8 @@ import time
 import torch
 
 from attention import MultiHeadAttention
-from attention.generation import generate
-from attention.gpt import GPTModel
+from attention.model.generation import generate
+from attention.model.gpt import GPTModel
 
 _ = torch.manual_seed(0)
 

@@ -17,13 +17,13 @@
 # %%
 import torch
 
-from attention.gpt import GPTModel
-from attention.heads import (
+from attention.lab.heads import (
     induction_score,
     model_weights,
     previous_token_score,
     repeated_tokens,
 )
+from attention.model.gpt import GPTModel
 
 torch.manual_seed(0)
 n = 8  # random tokens, then the same 8 again: T = 16

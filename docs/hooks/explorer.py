@@ -1,12 +1,12 @@
 """MkDocs hook: write each attention explorer's weights file, and check the browser's forward.
 
-A page that calls `attention.explorer.explorer_html` leaves its model's float32 weights, the
-model and the sequences to check in `attention.explorer.published()`. After the build wrote
+A page that calls `attention_site.explorer.explorer_html` leaves its model's float32 weights, the
+model and the sequences to check in `attention_site.explorer.published()`. After the build wrote
 the site, this hook writes each file where the page's explorer fetches it, then runs
 `docs/javascripts/model.js` (the forward the reader's browser runs) in headless Chromium on
 those sequences and fails the build unless every logit and weight is within
-`attention.explorer.TOLERANCE` of PyTorch's float32 answer and `attention.explorer.EXACT` of
-its float64 one (`attention.explorer.reference`).
+`attention_site.explorer.TOLERANCE` of PyTorch's float32 answer and
+`attention_site.explorer.EXACT` of its float64 one (`attention_site.explorer.reference`).
 
 Chromium: `ATTENTION_CHROMIUM` (set by `nox -s docs`), else /usr/bin/chromium; playwright
 drives it (the `docs` extra installs the Python driver; never `playwright install`).
@@ -67,7 +67,7 @@ def _floats(tensor: Any, dtype: str) -> str:
 def _cases(entry: Any) -> list[dict[str, Any]]:
     """Each case with PyTorch's answers: the model's own (float32), and in float64, where
     only the browser's arithmetic can differ (its weights are the same float32s)."""
-    from attention.explorer import reference
+    from attention_site.explorer import reference
 
     exact = copy.deepcopy(entry.model).double()
     cases = []
@@ -126,7 +126,7 @@ def _judge(entry: Any, errors: list[list[float]]) -> None:
     """Fail unless the browser is within TOLERANCE of PyTorch's float32 answer (logits
     relative to their size, at least 1), and within EXACT of its float64 one. (How fast the
     forward runs is the site check's to measure: tests/browser/explorer_check.py.)"""
-    from attention.explorer import EXACT, TOLERANCE
+    from attention_site.explorer import EXACT, TOLERANCE
 
     worst = [max(e[k] for e in errors) for k in range(4)]
     log.info(f"explorer {entry.path}: {len(errors)} sequences in Chromium; largest "
@@ -143,7 +143,7 @@ def _judge(entry: Any, errors: list[list[float]]) -> None:
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    from attention.explorer import published
+    from attention_site.explorer import published
 
     entries = list(published())
     published().clear()

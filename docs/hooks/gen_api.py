@@ -16,17 +16,33 @@ import mkdocs_gen_files
 from mkdocs_gen_files.nav import Nav
 
 PACKAGES = {
-    "attention": "The package: every stage of the derivation, the production module, its helpers.",
+    "attention": "The library, in four floors read bottom-up like the site; each imports only "
+    "the floors below it.",
+    "attention_site": "The site's tooling, in the repository only (not installed with the "
+    "library): figures, diagrams, listings, runs, the explorer, what pages and tests share.",
     "attention_bench": "The benchmark harness behind the Performance page.",
 }
 
 
 def modules(package: ModuleType) -> list[str]:
-    """Public submodules, in the order the package's docstring names them, then the rest."""
+    """Public submodules and subpackages, in the order the package's docstring names them."""
     names = [m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")]
     doc = package.__doc__ or ""
     position = {name: doc.find(f"{package.__name__}.{name}]") for name in names}
     return sorted(names, key=lambda n: (position[n] < 0, position[n], n))
+
+
+def document(full: str, nav_key: tuple[str, ...], index: list[str]) -> None:
+    """A page for module `full` (a floor's page lists its modules, then each gets its own)."""
+    module = importlib.import_module(full)
+    index.append(f"| [`{full}`]({full}.md) | {summary(module)} |")
+    nav[nav_key] = f"{full}.md"
+    with mkdocs_gen_files.open(f"api/{full}.md", "w") as page:
+        page.write(f"::: {full}\n    options:\n      heading_level: 1\n")
+        if hasattr(module, "__path__"):  # a floor: its docstring lists its modules
+            page.write("      members: false\n")
+    for name in modules(module) if hasattr(module, "__path__") else []:
+        document(f"{full}.{name}", (*nav_key, f"{full}.{name}"), index)
 
 
 def summary(module: ModuleType) -> str:
@@ -61,11 +77,7 @@ for package_name, about in PACKAGES.items():
     ]
     for name in modules(package):
         full = f"{package_name}.{name}"
-        module = importlib.import_module(full)
-        index.append(f"| [`{full}`]({full}.md) | {summary(module)} |")
-        nav[full] = f"{full}.md"
-        with mkdocs_gen_files.open(f"api/{full}.md", "w") as page:
-            page.write(f"::: {full}\n    options:\n      heading_level: 1\n")
+        document(full, (full,), index)
 index += ["", "## The top-level packages"]
 for package_name in PACKAGES:
     index += ["", f"::: {package_name}", "    options:", "      members: false"]

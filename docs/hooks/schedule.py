@@ -3,8 +3,8 @@
 - The longest trainings run in a worker process. Three pages train models while they build
   (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer, and
   chapter 16's induction model): about 25 s on one core, most of the pages' own work. At the
-  start of the build `attention.runs.prefetch` starts each in the worker; each page's
-  `attention.runs.once(...)` call waits for its run instead of doing it again, and gets what
+  start of the build `attention_site.runs.prefetch` starts each in the worker; each page's
+  `attention_site.runs.once(...)` call waits for its run instead of doing it again, and gets what
   the same call computes in-process (the runs are seeded and train on one thread). A run no
   page asked for is a build error: this list and the pages' calls must agree.
 - The pages are built in an order that lets that work finish: the pages that wait for a run
@@ -35,9 +35,9 @@ _workers: list[ProcessPoolExecutor] = []
 def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
     """Each page that asks for a prefetched run, and the runs (function, arguments) it asks for,
     in the order the worker does them: the first page built needs the first run."""
-    from attention.copy_task import run_experiment
-    from attention.heads import train_induction
-    from attention.seq2seq import transformer_experiment
+    from attention.lab.copy_task import run_experiment
+    from attention.lab.heads import train_induction
+    from attention.lab.seq2seq import transformer_experiment
 
     return {
         "why-attention.md": [(run_experiment, {"seed": 0})],
@@ -58,7 +58,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     that measures after those."""
     import torch
 
-    from attention.runs import prefetch
+    from attention_site.runs import prefetch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
     pages = runs()
@@ -88,7 +88,7 @@ def on_pre_page(page: Page, config: MkDocsConfig, files: Files) -> Page:
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    from attention.runs import waiting
+    from attention_site.runs import waiting
 
     while _workers:
         _workers.pop().shutdown()

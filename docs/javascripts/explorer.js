@@ -1,5 +1,5 @@
 /* The attention explorer: draws every [data-attention-explorer] element that
- * attention.explorer.explorer_html wrote into a page, and runs its model in the browser.
+ * attention_site.explorer.explorer_html wrote into a page, and runs its model in the browser.
  *
  * The element holds the model's configuration, vocabulary and preset sequences as JSON, and
  * names the weights file the build wrote beside the site's pages ("model"), which this script

@@ -1,6 +1,6 @@
-/* The forward pass of attention.gpt.GPTModel, written for the browser: window.attentionModel.
+/* The forward pass of attention.model.gpt.GPTModel, written for the browser: window.attentionModel.
  *
- * attention.explorer.export_model sends a model as JSON (its configuration, its vocabulary, and
+ * attention_site.explorer.export_model sends a model as JSON (its configuration, its vocabulary, and
  * where each state-dict tensor lies) and one float32 file of weights. This file runs that model:
  *
  *   x = tok_emb[ids] (+ pos_emb[t])                                   (T, d)
@@ -15,8 +15,8 @@
  * documents, s is in t's document (attention.visibility's rule, the same three factors).
  *
  * Numbers are JavaScript's float64 throughout; the weights are the model's float32. The site's
- * build runs this file in headless Chromium against attention.explorer.reference (PyTorch) and
- * fails unless they agree within attention.explorer.TOLERANCE. Plain JavaScript, no dependency;
+ * build runs this file in headless Chromium against attention_site.explorer.reference (PyTorch) and
+ * fails unless they agree within attention_site.explorer.TOLERANCE. Plain JavaScript, no dependency;
  * it fetches nothing itself (the explorer fetches the weights file beside the page).
  */
 (() => {
@@ -265,7 +265,7 @@
     return p;
   }
 
-  /* attention.heads' two scores of one head's weights w (T, T) on ids: the mean weight on the
+  /* attention.lab.heads' two scores of one head's weights w (T, T) on ids: the mean weight on the
      previous token, and, over the queries whose token occurred before, the weight on the
      tokens that followed its earlier copies (NaN when no token repeats). */
   function headScores(w, ids) {

@@ -14,7 +14,7 @@ playwright (never `playwright install`: no browser download). For every HTML pag
   `mjx-merror`, no raw TeX delimiters (`$$`, `\\(`, `\\[`) left in the visible text, and no
   display formula wider than the text column at 1280 or 390 px (it would scroll sideways);
 - every figure (`svg`/`img` in the content) visible with a non-zero size, and the text of every
-  `attention.plot` figure contrasted against the page background in the light and the dark
+  `attention_site.plot` figure contrasted against the page background in the light and the dark
   palette;
 - the footer's build stamp (versions and device) present;
 - every attention explorer (`[data-attention-explorer]`, `docs/javascripts/explorer.js`): its

@@ -1,0 +1,14 @@
+"""Floor 4, the lab: the chapters' experiments, small trainings run while the site builds.
+
+- [`attention.lab.rnn`][attention.lab.rnn] and [`attention.lab.copy_task`][attention.lab.copy_task]:
+  chapter 1, why attention: a GRU encoder-decoder with and without Bahdanau attention, and
+  the experiment that compares them.
+- [`attention.lab.training`][attention.lab.training]: chapter 8's model trained in the open:
+  two heads that learn to read the previous and the first token.
+- [`attention.lab.seq2seq`][attention.lab.seq2seq]: chapter 14, cross-attention: a
+  transformer encoder-decoder on chapter 1's copy task.
+- [`attention.lab.heads`][attention.lab.heads]: chapter 16, what trained heads do: every
+  head's scores and weights, previous-token and induction scores, a small GPT trained to form
+  them.
+- [`attention.lab.threads`][attention.lab.threads]: every training here runs on few threads.
+"""

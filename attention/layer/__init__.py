@@ -1,0 +1,20 @@
+"""Floor 2, the layer: the production `MultiHeadAttention` and what it is made of.
+
+- [`attention.layer.multihead`][attention.layer.multihead]: the module: one forward (check,
+  project, rotate, cache, plan, attend, merge) for self- and cross-attention.
+- [`attention.layer.masks`][attention.layer.masks]: which keys a query may see, as
+  FlexAttention's `mask_mod` functions (causal, window, sinks, documents, padding, yours),
+  with the bounds every kernel choice and the cache derive from.
+- [`attention.layer.score_mods`][attention.layer.score_mods]: functions that change a score
+  before the softmax.
+- [`attention.layer.fused`][attention.layer.fused]: the planner: the least the fused kernel
+  needs.
+- [`attention.layer.prefix_lm`][attention.layer.prefix_lm],
+  [`attention.layer.alibi`][attention.layer.alibi],
+  [`attention.layer.softcap`][attention.layer.softcap]: variants, each one mask or score
+  modifier.
+- [`attention.layer.positions`][attention.layer.positions]: RoPE (and the sinusoidal table).
+- [`attention.layer.sinks`][attention.layer.sinks]: a learned sink logit.
+- [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring
+  buffer.
+"""

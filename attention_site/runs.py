@@ -1,0 +1,91 @@
+"""Trained runs computed once per process, and started early in another process by the site.
+
+The site shows some trained models on more than one page (chapter 1's two copy-task models are
+also compared with a transformer in chapter 14), so the pages ask for a run with
+[`once`][attention_site.runs.once]: the first call with given arguments runs it, later ones return
+the same object. The build also starts the longest runs in a second process while other pages
+build ([`prefetch`][attention_site.runs.prefetch]); a page's `once` call then waits for that run
+instead of doing it again, and gets what the same call would have computed in-process: the
+runs seed everything they draw and train on one thread.
+
+Examples:
+    >>> calls = []
+    >>> def square(x):
+    ...     calls.append(x)
+    ...     return x * x
+    >>> once(square, x=3), once(square, x=3), once(square, x=4)
+    (9, 9, 16)
+    >>> calls  # the second call with x=3 ran nothing
+    [3, 4]
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Any, TypeVar
+
+__all__ = ["once", "prefetch", "waiting"]
+
+R = TypeVar("R")
+_runs: dict[tuple[Any, ...], Any] = {}  # (function, arguments) -> result, or its Future
+
+
+def _key(function: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    for name, value in kwargs.items():
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"{name} must be hashable (a run is looked up by its arguments), "
+                            f"got {type(value).__name__} {value!r}") from None  # fmt: skip
+    return (function, *sorted(kwargs.items()))
+
+
+def once(function: Callable[..., R], /, **kwargs: Any) -> R:
+    """`function(**kwargs)`, run once per process: a later call with the same function and
+    arguments returns the first call's result (the same object). If the run was started with
+    [`prefetch`][attention_site.runs.prefetch], waits for it and returns its result; an error it
+    raised is raised here.
+
+    Args:
+        function: what to run, e.g. [`train_induction`][attention.lab.heads.train_induction].
+        **kwargs: its arguments, by name (hashable values).
+    """
+    key = _key(function, kwargs)
+    if key not in _runs:
+        _runs[key] = function(**kwargs)
+    result = _runs[key]
+    if isinstance(result, Future):
+        result = _runs[key] = pickle.loads(result.result())
+    return result  # type: ignore[no-any-return]
+
+
+def prefetch(executor: Executor, function: Callable[..., Any], /, **kwargs: Any) -> None:
+    """Start `function(**kwargs)` on `executor`, for a later [`once`][attention_site.runs.once] call
+    with the same arguments to wait for; one started or done already is not started again.
+
+    With a process pool the run happens beside this process's own work; `function` must be
+    importable by name there. The result comes back pickled, a plain copy: no memory is shared
+    with the other process.
+
+    Args:
+        executor: where to run it, e.g. a `ProcessPoolExecutor`.
+        function: a module-level function.
+        **kwargs: its arguments, by name.
+    """
+    key = _key(function, kwargs)
+    if key not in _runs:
+        _runs[key] = executor.submit(_pickled, function, kwargs)
+
+
+def waiting() -> list[str]:
+    """The prefetched runs no [`once`][attention_site.runs.once] call has asked for yet, as
+    `module.function(arguments)`: started for nothing, unless a call is still to come."""
+    return [f"{key[0].__module__}.{key[0].__qualname__}("
+            + ", ".join(f"{name}={value!r}" for name, value in key[1:]) + ")"
+            for key, run in _runs.items() if isinstance(run, Future)]  # fmt: skip
+
+
+def _pickled(function: Callable[..., Any], kwargs: dict[str, Any]) -> bytes:
+    return pickle.dumps(function(**kwargs))
