@@ -109,7 +109,7 @@ def tests(session: nox.Session) -> None:
     users of a shared fixture on one worker (`--dist loadgroup`).
     """
     install_torch(session)
-    session.install("-e", ".[test,bench]")  # bench: tests/test_hf.py (skipped without it)
+    session.install("-e", ".[test,bench]")  # bench: tests/model/test_hf.py (skipped without it)
     site_package(session)
     session.run(
         "python",
@@ -130,7 +130,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def tests_gpu(session: nox.Session) -> None:
-    """`tests` on CUDA, tests/test_cuda.py included; fails, never skips, without a GPU."""
+    """`tests` on CUDA, tests/layer/test_cuda.py included; fails, never skips, without a GPU."""
     require_cuda(session)
     tests(session)
 

@@ -13,7 +13,6 @@ per job:
 - [`hf`][attention_bench.hf]: Hugging Face's GPT-2 on the book's weights, the contender;
 - [`targets`][attention_bench.targets]: the targets, judged from one run's rows;
 - [`results`][attention_bench.results]: the files, and how every number in them was measured;
-- [`report`][attention_bench.report]: the page's tables and figures.
 - [`live`][attention_bench.live]: the page's live comparison, and how busy the machine was.
 """
 

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper, causal_mask
+from attention.layer.testing import padding_mask
 from attention_bench.flops import attention_flops
-from attention_site.testing import padding_mask
 
 __all__ = [
     "MODES",

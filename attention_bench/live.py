@@ -1,8 +1,8 @@
 """The Performance page's live comparison: timed while the page builds, on a busy machine.
 
-The stored results ([`report`][attention_bench.report]) come from a quiet benchmark run;
-these functions print what a build measured next to them, with the conditions it measured
-under, so that a reader can tell a difference from noise.
+The stored results (drawn by [`attention_site.performance`][attention_site.performance]) come
+from a quiet benchmark run; these functions print what a build measured next to them, with
+the conditions it measured under, so that a reader can tell a difference from noise.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attention_bench.implementations import REFERENCE, Shape
-from attention_bench.measuring import Timing
-from attention_bench.report import _ms
+from attention_bench.measuring import Timing, milliseconds
 from attention_bench.results import select
 
 __all__ = ["compare_table", "live_conditions", "live_verdict"]
@@ -70,7 +69,7 @@ def compare_table(
         row, ref_row = rows.get(name), rows.get(REFERENCE)
         was = f"{row['median_s'] / ref_row['median_s']:.2f}x" if row and ref_row else "-"
         lines.append(
-            f"{name:>18}  {_ms(summary['median_s']):>7}  {_range_ms(summary):>12}  "
+            f"{name:>18}  {milliseconds(summary['median_s']):>7}  {_range_ms(summary):>12}  "
             f"{summary['runs']:>6}  {summary['median_s'] / ref_s:4.2f}x  {was:>6}"
         )
     return "\n".join(lines)

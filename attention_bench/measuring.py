@@ -25,6 +25,7 @@ __all__ = [
     "cpu_peak_bytes",
     "make_step",
     "measure",
+    "milliseconds",
     "roof",
     "state_bytes",
 ]
@@ -290,3 +291,14 @@ def roof(device: Device | None = None, *, budget_s: float = 0.5, nbytes: int = R
         bytes_per_s=2 * nbytes / min(timings["copy"].times_s),  # read + write
         read_bytes_per_s=nbytes / min(timings["read"].times_s),
     )
+
+
+def milliseconds(seconds: float) -> str:
+    """A time for a table: whole milliseconds from 10 ms, two decimals below.
+
+    Examples:
+        >>> milliseconds(0.01234), milliseconds(0.001234)
+        ('12 ms', '1.23 ms')
+    """
+    ms = 1e3 * seconds
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2f} ms"

@@ -11,7 +11,6 @@ on the path (it imports `attention`, never the other way round).
   started early in another process by the site's build.
 - [`attention_site.explorer`][attention_site.explorer]: the attention explorer's model, for
   the browser.
-- [`attention_site.testing`][attention_site.testing]: what the tests and the pages share:
-  the float64 oracle, the kernel-call spy, padding masks, the conversion to
-  `nn.MultiheadAttention`.
+- [`attention_site.performance`][attention_site.performance]: the Performance page's tables
+  and figures, from the benchmark's results files.
 """

@@ -17,10 +17,11 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import attention_bench as bench
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper
-from attention_bench import live, measuring, report
+from attention_bench import live, measuring
 from attention_bench.__main__ import main
 from attention_bench.results import SCHEMA_VERSION
 from attention_bench.targets import DECODE_READ_FRACTION
+from attention_site import performance as report
 
 B, T, D, H = 2, 16, 24, 3
 

@@ -17,4 +17,7 @@
 - [`attention.layer.sinks`][attention.layer.sinks]: a learned sink logit.
 - [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring
   buffer.
+- [`attention.layer.testing`][attention.layer.testing]: how the layer is checked, for its
+  tests and yours: the float64 oracle written from the definitions, the kernel-call spy,
+  padding masks, the conversion to `nn.MultiheadAttention`.
 """

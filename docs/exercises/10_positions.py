@@ -16,7 +16,7 @@ import torch
 
 from attention import MultiHeadAttention
 from attention.layer.positions import apply_rope, rope_angles
-from attention_site.testing import padding_mask
+from attention.layer.testing import padding_mask
 
 _ = torch.manual_seed(0)
 

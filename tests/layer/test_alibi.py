@@ -9,7 +9,7 @@ from torch.testing import assert_close
 
 from attention import MultiHeadAttention, alibi, alibi_slopes
 from attention.layer.score_mods import ScoreMod
-from attention_site.testing import padding_mask, reference_attention, sdpa_calls
+from attention.layer.testing import padding_mask, reference_attention, sdpa_calls
 
 B, T, D_IN, H = 2, 9, 6, 4
 

@@ -12,7 +12,7 @@ from torch.testing import assert_close
 from attention import MultiHeadAttention, softcap
 from attention.layer.fused import plan
 from attention.layer.masks import causal
-from attention_site.testing import padding_mask, reference_attention, sdpa_calls
+from attention.layer.testing import padding_mask, reference_attention, sdpa_calls
 
 B, T, D_IN, H = 2, 9, 6, 2
 

@@ -13,7 +13,7 @@ pytest.importorskip("mkdocs")  # the `docs` extra
 
 from docs.hooks import build, notebooks  # docs/ is a namespace package under the root
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from attention.lab.training import (
     previous_token_weight,
 )
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "multihead.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "multihead.md"
 V = T = 8  # the page's letters and sequence length
 STEPS, BATCH, LR = 200, 64, 0.01  # the page's loop: range(STEPS + 1), Adam
 

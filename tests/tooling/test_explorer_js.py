@@ -25,7 +25,7 @@ from attention.lab.heads import induction_score, previous_token_score
 from attention.model.gpt import GPTModel
 from attention_site.explorer import EXACT, check_cases, export_model, reference
 
-MODEL_JS = Path(__file__).parents[1] / "docs" / "javascripts" / "model.js"
+MODEL_JS = Path(__file__).parents[2] / "docs" / "javascripts" / "model.js"
 NODE = shutil.which("node")
 
 # Reads the model and the cases from stdin, prints each case's largest difference.

@@ -14,7 +14,7 @@ import torch
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper, causal_mask
-from attention_site.testing import padding_mask, sdpa_calls, to_torch_mha
+from attention.layer.testing import padding_mask, sdpa_calls, to_torch_mha
 
 ATOL = 1e-5
 

@@ -11,7 +11,7 @@ import torch
 from torch.testing import assert_close
 
 from attention import MultiHeadAttention
-from attention_site.testing import padding_mask, sdpa_calls, to_torch_mha
+from attention.layer.testing import padding_mask, sdpa_calls, to_torch_mha
 
 D, H, T, S = 16, 4, 5, 9  # query width, heads, queries, keys
 WIDTHS = {"same widths": (D, D), "kdim=12, vdim=7": (12, 7)}

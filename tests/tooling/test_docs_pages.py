@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs").glob("*.md"))
 BLOCK = re.compile(
     r"^```python (?P<options>[^\n]*exec=\"1\"[^\n]*)\n(?P<code>.*?)^```$", re.M | re.S

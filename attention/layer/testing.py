@@ -1,7 +1,8 @@
-"""What the tests and the documentation pages share: padding masks, PyTorch's module, a kernel spy.
+"""How the layer is checked: a float64 oracle, PyTorch's module, a kernel spy, padding masks.
 
-Each helper has one home here, so a page demonstrates with the same code that a test asserts
-with. Nothing here is needed to use the modules.
+For the package's tests, its pages and your own: each helper has one home here, so a page
+demonstrates with the same code that a test asserts with, and a user checks a variant of
+their own against the same oracle. Nothing here is needed to run the layer.
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def sdpa_calls() -> Iterator[list[KernelCall]]:
     calls still run.
 
     Yields:
-        The list that each call's [`KernelCall`][attention_site.testing.KernelCall] is appended to.
+        The list that each call's [`KernelCall`][attention.layer.testing.KernelCall] is appended to.
 
     Examples:
         >>> mha = MultiHeadAttention(4, 4, context_length=5, dropout=0.0, num_heads=2)

@@ -1,6 +1,6 @@
 """One definition of what a query sees: every path and configuration against the definition.
 
-`attention_site.testing.reference_attention` decides each (query, key) pair by the rule's own words,
+`attention.layer.testing.reference_attention` decides each (query, key) pair by the rule's own words,
 one query at a time. The module must equal it in float64 for every combination of grouped
 heads, window, sinks, RoPE, a learned sink logit, padding and documents: uncached (fused and
 explicit), cached in chunks, and one token at a time, across a ring buffer's wrap too.
@@ -18,7 +18,7 @@ from attention import MultiHeadAttention
 from attention.layer.cache import KVCache
 from attention.layer.fused import visible
 from attention.layer.masks import chunk_mask, everything, from_flags, segments, window
-from attention_site.testing import padding_mask, reference_attention, sdpa_calls
+from attention.layer.testing import padding_mask, reference_attention, sdpa_calls
 
 B, T, D_IN, H, HEAD_DIM = 2, 11, 6, 4, 4
 ATOL = 1e-10

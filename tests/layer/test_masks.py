@@ -25,7 +25,7 @@ from attention import MultiHeadAttention
 from attention.layer.fused import plan
 from attention.layer.masks import Bounds, Mask, causal, documents, everything, sinks, window
 from attention.layer.score_mods import ScoreMod
-from attention_site.testing import padding_mask, reference_attention, sdpa_calls
+from attention.layer.testing import padding_mask, reference_attention, sdpa_calls
 
 B, T, D_IN, H, HEAD_DIM = 2, 7, 6, 4, 4
 ATOL = 1e-10

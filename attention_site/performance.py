@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from attention_bench.implementations import WINDOW, Impl, Shape, implementations
+from attention_bench.measuring import milliseconds as _ms
 from attention_bench.results import select
 from attention_bench.targets import DECODE_FRACTION, DECODE_READ_FRACTION
 from attention_site.plot import _INK
@@ -117,11 +118,6 @@ def heading(res: Mapping[str, Any], what: str = "gpt2") -> str:
     return f"**{res['machine']['label']}**, {res['date'][:10]}: {shapes[what]}"
 
 
-def _ms(seconds: float) -> str:
-    ms = 1e3 * seconds
-    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2f} ms"
-
-
 def matmul_fraction(res: Mapping[str, Any], row: Mapping[str, Any]) -> float | None:
     """A row's achieved FLOP/s over the matmul's, counting the FLOPs of its own arithmetic.
 
@@ -149,7 +145,7 @@ def gpt2_table(res: Mapping[str, Any]) -> str:
     """Time per implementation at the GPT-2 shape, both modes, and over the reference's.
 
     The last column is the forward+backward share of the matmul's FLOP/s,
-    [`matmul_fraction`][attention_bench.report.matmul_fraction].
+    [`matmul_fraction`][attention_site.performance.matmul_fraction].
     """
     lines = [
         "| | forward: time, over the reference's | forward+backward | % of matmul |",
@@ -216,7 +212,7 @@ def _sweep_figure(
 def sweep_figures(res: Mapping[str, Any]) -> list[Figure]:
     """Time (forward+backward, forward) and peak forward memory against the context length.
 
-    Each implementation keeps its look ([`STYLES`][attention_bench.report.STYLES]) in all three.
+    Each implementation keeps its look ([`STYLES`][attention_site.performance.STYLES]) in all three.
     """
     label = res["machine"]["label"]
     figures = []
@@ -359,7 +355,7 @@ def targets_table(res: Mapping[str, Any]) -> str:
 
     The decode target is judged against the all-weights limit; its row also gives the
     fraction of the stricter weights-read limit
-    ([`decode_limits`][attention_bench.report.decode_limits]).
+    ([`decode_limits`][attention_site.performance.decode_limits]).
     """
     decode = next(select(res, **OURS, batch=1), None)
     lines = ["| what | measured | target | |", "| --- | ---: | ---: | --- |"]

@@ -10,7 +10,7 @@ from torch.testing import assert_close
 from attention import MultiHeadAttention, prefix_lm
 from attention.layer.fused import plan
 from attention.layer.masks import Mask
-from attention_site.testing import padding_mask, reference_attention
+from attention.layer.testing import padding_mask, reference_attention
 
 B, T, D_IN, H = 2, 9, 6, 2
 

@@ -1,6 +1,6 @@
 """Grouped-query heads, sliding windows and RoPE in the production module, against a reference.
 
-The reference (`attention_site.testing.reference_attention`) is written independently of the
+The reference (`attention.layer.testing.reference_attention`) is written independently of the
 package's paths, in float64, one head at a time: RoPE through complex numbers, the window and
 padding as explicit index rules, each query head reading its key/value head by `i // group`.
 Every path of the module (fused, explicit) must equal it, in outputs and gradients, in every
@@ -19,7 +19,7 @@ from torch.testing import assert_close
 from attention import MultiHeadAttention
 from attention.layer.masks import from_flags
 from attention.layer.positions import apply_rope, rope_angles, rotate_half
-from attention_site.testing import padding_mask, reference_attention, sdpa_calls, to_torch_mha
+from attention.layer.testing import padding_mask, reference_attention, sdpa_calls, to_torch_mha
 
 B, T, D_IN, H = 3, 11, 6, 4
 HEAD_DIM = 4

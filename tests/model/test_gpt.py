@@ -18,9 +18,9 @@ from torch.testing import assert_close
 
 from attention import MultiHeadAttention
 from attention.layer.cache import KVCache
+from attention.layer.testing import padding_mask
 from attention.model.generation import generate, generate_text_simple
 from attention.model.gpt import GPT_CONFIG_124M, GPTModel
-from attention_site.testing import padding_mask
 from tests.expected import BOOK_BATCH, BOOK_LOGITS_FIRST
 
 # The book, chapter 4: "Every effort moves you", "Every day holds a" through GPTModel(124M)

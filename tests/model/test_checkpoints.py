@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from attention import MultiHeadAttention
+from attention.layer.testing import reference_attention
 from attention.model.checkpoints import (
     attention_from_llama,
     attention_to_llama,
@@ -35,7 +36,6 @@ from attention.model.checkpoints import (
 )
 from attention.model.generation import generate
 from attention.model.gpt import GPTModel
-from attention_site.testing import reference_attention
 
 VOCAB, CONTEXT, WIDTH, HEADS, LAYERS = 96, 48, 32, 4, 2
 SETTINGS = {"n_vocab": VOCAB, "n_ctx": CONTEXT, "n_embd": WIDTH, "n_head": HEADS,

@@ -1,0 +1,1 @@
+"""Tests of attention.lab: the chapters' experiments."""
