@@ -16,7 +16,9 @@ it (and [`attention.checks`][attention.checks], the argument checks every floor 
 The site's own tooling (figures, diagrams, listings, the explorer, cached runs) is a separate
 package, `attention_site`, not installed with this one.
 
-This module only re-exports.
+This module only re-exports: the book's classes and functions under the book's names
+(`SelfAttention_v1`, `CausalAttention`, `MultiHeadAttention`, `GPTModel`,
+`generate_text_simple`, ...), and the library's main entry points.
 """
 
 from attention.derivation.causal import CausalAttention
@@ -26,7 +28,12 @@ from attention.derivation.core import (
     explicit_attention,
     softmax_stable,
 )
-from attention.derivation.self_attention import SelfAttentionV1, SelfAttentionV2
+from attention.derivation.self_attention import (
+    SelfAttention_v1,
+    SelfAttention_v2,
+    SelfAttentionV1,
+    SelfAttentionV2,
+)
 from attention.derivation.simple import (
     EXAMPLE_TOKENS,
     attn_scores_for_query,
@@ -52,22 +59,45 @@ from attention.derivation.text import (
 )
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
 from attention.layer.alibi import alibi, alibi_slopes
+from attention.layer.cache import KVCache
+from attention.layer.masks import Mask
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.prefix_lm import prefix_lm
+from attention.layer.score_mods import ScoreMod
 from attention.layer.softcap import softcap
+from attention.model.generation import generate, generate_text_simple
+from attention.model.gpt import (
+    GELU,
+    GPT_CONFIG_124M,
+    FeedForward,
+    GPTModel,
+    LayerNorm,
+    TransformerBlock,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "EXAMPLE_TOKENS",
+    "GELU",
     "GPT2_VOCAB_SIZE",
+    "GPT_CONFIG_124M",
     "CausalAttention",
+    "FeedForward",
     "GPTDatasetV1",
+    "GPTModel",
+    "KVCache",
+    "LayerNorm",
+    "Mask",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
+    "ScoreMod",
     "SelfAttentionV1",
     "SelfAttentionV2",
+    "SelfAttention_v1",
+    "SelfAttention_v2",
     "TokenAndPositionEmbedding",
+    "TransformerBlock",
     "__version__",
     "alibi",
     "alibi_slopes",
@@ -81,6 +111,8 @@ __all__ = [
     "create_dataloader_v1",
     "example_inputs",
     "explicit_attention",
+    "generate",
+    "generate_text_simple",
     "gpt2_encoding",
     "normalize_by_sum",
     "prefix_lm",

@@ -151,7 +151,7 @@ def _torch_mha(shape: Shape, *, need_weights: bool, padded: bool) -> nn.Module:
         mha,
         call,
         key_padding_mask=_padding(shape, "right") if padded else None,
-        causal_mask=causal_mask(shape.num_tokens),
+        causal_mask=~causal_mask(shape.num_tokens),  # nn.MultiheadAttention's: True = hidden
     )
 
 

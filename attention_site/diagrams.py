@@ -9,7 +9,7 @@ its boxes in a faint fill that reads on the light and the dark palette alike.
 Examples:
     >>> from attention.derivation.core import causal_mask as mask_of
     >>> from attention_site.plot import svg
-    >>> fig = causal_mask(mask_of(3), ["Your", "journey", "starts"])
+    >>> fig = mask_grid(mask_of(3), ["Your", "journey", "starts"])
     >>> "−∞" in [t.get_text() for t in fig.axes[0].texts], svg(fig).startswith("<svg")
     (True, True)
 """
@@ -37,10 +37,10 @@ if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functio
 
 __all__ = [
     "attention_flow",
-    "causal_mask",
     "encoder_decoder",
     "gqa_groups",
     "kv_cache",
+    "mask_grid",
     "qkv",
     "ring_buffer",
     "rope_rotation",
@@ -252,7 +252,7 @@ def attention_flow(queries: Tensor, keys: Tensor, values: Tensor,
         queries: $Q$, `(..., num_queries, d_k)`.
         keys: $K$, `(..., num_keys, d_k)`.
         values: $V$, `(..., num_keys, d_v)`.
-        mask: optional bool mask, True = hidden (drawn as $+ M$ before the softmax).
+        mask: optional bool mask, True = may attend (drawn as $+ M$ before the softmax).
 
     Raises:
         TypeError: an argument is not a floating-point tensor.
@@ -285,11 +285,11 @@ def attention_flow(queries: Tensor, keys: Tensor, values: Tensor,
     return board.done("each row of α sums to 1: row i of Z mixes the rows of V")
 
 
-def causal_mask(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
+def mask_grid(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
     r"""The mask as a grid: which keys each query sees ($M_{ij} = 0$), which are hidden.
 
     Args:
-        mask: bool `(num_queries, num_keys)`, True = hidden, as
+        mask: bool `(num_queries, num_keys)`, True = may attend, as
             [`attention.derivation.core.causal_mask`][attention.derivation.core.causal_mask] or
             [`chunk_mask`][attention.layer.masks.chunk_mask] return it; at most 16 keys.
         tokens: one label per key; the queries are the last `num_queries` of them (a chunk's
@@ -305,14 +305,14 @@ def causal_mask(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
 
     Examples:
         >>> from attention.derivation.core import causal_mask as mask_of
-        >>> fig = causal_mask(mask_of(4), ["a", "b", "c", "d"])
+        >>> fig = mask_grid(mask_of(4), ["a", "b", "c", "d"])
         >>> texts = [t.get_text() for t in fig.axes[0].texts]
         >>> texts.count("−∞"), texts.count("0")  # 6 future cells, 10 seen
         (6, 10)
     """
     check_tensor("mask", mask, ndim=2)
     if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor (True = hidden), got dtype {mask.dtype}")
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
     n_q, n_k = mask.shape
     if not 1 <= n_q <= n_k <= 16:
         raise ValueError("mask must be (num_queries, num_keys) with 1 <= num_queries <= "
@@ -320,7 +320,7 @@ def causal_mask(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
     labels = [str(j) for j in range(n_k)] if tokens is None else tokens
     if isinstance(labels, str) or not isinstance(labels, Sequence) or len(labels) != n_k:
         raise ValueError(f"tokens must be {n_k} labels (one per key), got {tokens!r:.60}")
-    labels, hidden = _literal(labels), mask.cpu().tolist()
+    labels, hidden = _literal(labels), (~mask).cpu().tolist()
     cell = min(0.36, 2.6 / n_k)
     left, top = 1.1, 0.5 + n_q * cell
     right = left + n_k * cell

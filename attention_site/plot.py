@@ -295,7 +295,7 @@ _SHOWN: dict[str, Any] = {"facecolor": "#5b8def"}
 
 
 def mask(
-    hidden: Any,
+    seen: Any,
     query_labels: Sequence[str],
     key_labels: Sequence[str] | None = None,
     *,
@@ -306,16 +306,17 @@ def mask(
 ) -> Figure:
     """A boolean mask drawn as a mask: two looks and a legend, no colour scale.
 
-    True cells (hidden, as in [`causal_mask`][attention.derivation.core.causal_mask]) are grey and
-    hatched `//` like the masked cells of [`heatmap`][attention_site.plot.heatmap]; False cells
-    are blue. Beyond 16 columns (or rows) only every few labels are written.
+    True cells (may attend, as in [`causal_mask`][attention.derivation.core.causal_mask]) are
+    blue; False cells (hidden) are grey and hatched `//` like the masked cells of
+    [`heatmap`][attention_site.plot.heatmap]. Beyond 16 columns (or rows) only every few labels
+    are written.
 
     Args:
-        hidden: bool tensor, array or nested list `(num_queries, num_keys)`; True = hidden.
+        seen: bool tensor, array or nested list `(num_queries, num_keys)`; True = may attend.
         query_labels: one label per row.
         key_labels: one label per column; default `query_labels`.
         title: optional title.
-        legend: the legend's names for the True and the False cells.
+        legend: the legend's names for the hidden (False) and the visible (True) cells.
         xlabel: x-axis label (the columns).
         ylabel: y-axis label (the rows).
 
@@ -323,7 +324,7 @@ def mask(
         The matplotlib `Figure`.
 
     Raises:
-        ValueError: `hidden` is not a 2-D matrix of 0/1 values, or a label count is wrong.
+        ValueError: `seen` is not a 2-D matrix of 0/1 values, or a label count is wrong.
 
     Examples:
         >>> from attention import causal_mask
@@ -334,9 +335,9 @@ def mask(
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    rows = _to_matrix(hidden)
+    rows = _to_matrix(seen)
     if any(v not in (0.0, 1.0) for row in rows for v in row):
-        raise ValueError(f"hidden must be a bool matrix (True = hidden), got {hidden!r:.60}")
+        raise ValueError(f"seen must be a bool matrix (True = may attend), got {seen!r:.60}")
     num_queries, num_keys = len(rows), len(rows[0])
     key_labels = _check_labels(rows, query_labels, key_labels, MAX_HEATMAP_SIDE)
     with _rc_context():
@@ -347,7 +348,7 @@ def mask(
         ax = fig.add_subplot()
         tooltips: dict[str, str] = {}
         for i, j in itertools.product(range(num_queries), range(num_keys)):
-            hide = rows[i][j] == 1.0
+            hide = rows[i][j] == 0.0
             tip = f"{query_labels[i]} -> {key_labels[j]}: {legend[0] if hide else legend[1]}"
             look = _HIDDEN if hide else _SHOWN
             _cell(ax, i, j, tip, tooltips, edgecolor=look["facecolor"], linewidth=0.5, **look)

@@ -243,7 +243,7 @@ def test_window_flops_count_the_band_like_the_causal_triangle(window: int) -> No
 
     projections, _ = bench.flop_terms(B, T, D, D)
     _, band = bench.flop_terms(B, T, D, D, window=window)
-    pairs = int((~causal_mask(T, window=window)).sum())  # the (query, key) pairs it may see
+    pairs = int(causal_mask(T, window=window).sum())  # the (query, key) pairs it may see
     # 4 d_out FLOPs a pair; the diagonal counts half, as in the causal triangle's T^2 / 2
     assert band == 4 * B * D * pairs - 2 * B * D * T
     assert bench.attention_flops(B, T, D, D, window=window) == projections + band

@@ -84,7 +84,8 @@ class CausalAttention(nn.Module):
         self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", causal_mask(context_length))
+        # the book's buffer, in the book's convention: True (1) above the diagonal, hidden
+        self.register_buffer("mask", ~causal_mask(context_length))
 
     def forward(self, x: Tensor) -> Tensor:
         """`(batch, num_tokens, d_in)` -> context vectors `(batch, num_tokens, d_out)`."""
@@ -94,6 +95,6 @@ class CausalAttention(nn.Module):
         queries = self.W_query(x)  # (b, num_tokens, d_out)
         values = self.W_value(x)  # (b, num_tokens, d_out)
         # The buffer is sized for context_length; this sequence needs its top-left corner.
-        mask = self.mask[:num_tokens, :num_tokens]  # (num_tokens, num_tokens)
-        context_vec, _ = explicit_attention(queries, keys, values, mask, dropout=self.dropout)
+        hidden = self.mask[:num_tokens, :num_tokens]  # (num_tokens, num_tokens), the book's
+        context_vec, _ = explicit_attention(queries, keys, values, ~hidden, dropout=self.dropout)
         return context_vec  # (b, num_tokens, d_out)

@@ -21,8 +21,12 @@ that formula once, in the symbols used throughout the site:
 | $\alpha$ | `attn_weights` | `(..., num_queries, num_keys)` |
 | $Z = \alpha V$ | `context_vec` | `(..., num_queries, d_v)` |
 
-Masks are boolean and **True marks a position that must not be attended to**, as in the book's
-`mask.bool()` and in `torch.nn.MultiheadAttention`'s `key_padding_mask`.
+Masks are boolean and **True marks a key the query may attend to**, as in PyTorch's
+`scaled_dot_product_attention` and FlexAttention's `mask_mod`: one convention in the whole
+package. The book writes the opposite (its `mask.bool()` is True above the diagonal, where
+the score becomes $-\infty$); the one class that keeps the book's buffer,
+[`CausalAttention`][attention.derivation.causal.CausalAttention], converts it where it calls
+[`explicit_attention`][attention.derivation.core.explicit_attention].
 """
 
 from __future__ import annotations
@@ -150,7 +154,7 @@ def softmax_with_sink(scores: Tensor, sink_logits: Tensor) -> Tensor:
 def causal_mask(
     num_tokens: int, device: torch.device | str | None = None, *, window: int | None = None
 ) -> Tensor:
-    r"""The causal mask: True where key $j$ is hidden from query $i$, after it ($j > i$).
+    r"""The causal mask: True where query $i$ may see key $j$, at or before it ($j \le i$).
 
     With a `window` $w$, also the keys too far back: query $i$ sees only
     $i - w < j \le i$, its last $w$ tokens itself included (a sliding window, as in Mistral).
@@ -168,21 +172,21 @@ def causal_mask(
 
     Examples:
         >>> causal_mask(3)
-        tensor([[False,  True,  True],
-                [False, False,  True],
-                [False, False, False]])
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [ True,  True,  True]])
         >>> causal_mask(3, window=2)  # token 2 no longer sees token 0
-        tensor([[False,  True,  True],
-                [False, False,  True],
-                [ True, False, False]])
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [False,  True,  True]])
     """
     check_size("num_tokens", num_tokens, minimum=0)
     i = torch.arange(num_tokens, device=device)[:, None]  # query positions, a column
     j = torch.arange(num_tokens, device=device)[None, :]  # key positions, a row
-    hidden = j > i  # (T, T): the future
+    seen = j <= i  # (T, T): not the future
     if window is not None:
-        hidden |= j <= i - check_size("window", window)  # and the keys too far back
-    return hidden
+        seen &= j > i - check_size("window", window)  # nor the keys too far back
+    return seen
 
 
 def explicit_attention(
@@ -215,7 +219,8 @@ def explicit_attention(
         queries: $Q$, shape `(..., num_queries, d_k)`.
         keys: $K$, shape `(..., num_keys, d_k)`.
         values: $V$, shape `(..., num_keys, d_v)`.
-        mask: optional bool, broadcastable to `(..., num_queries, num_keys)`; True = masked.
+        mask: optional bool, broadcastable to `(..., num_queries, num_keys)`; True = may
+            attend (the score is kept), False = hidden (the score becomes $-\infty$).
         dropout: applied to the weights right after the softmax: a module's `nn.Dropout`,
             which zeroes each weight with probability $p$ and scales the rest by $1/(1-p)$ in
             training mode, and does nothing in eval mode.
@@ -260,8 +265,8 @@ def explicit_attention(
     if mask is not None:
         # A row with nothing to attend to would be softmax(-inf, ..., -inf) = NaN: let it
         # attend to everything here, and zero its weights afterwards.
-        fully_masked = mask.all(dim=-1, keepdim=True)  # (..., n_q, 1)
-        attn_scores = attn_scores.masked_fill(mask & ~fully_masked, float("-inf"))
+        fully_masked = ~mask.any(dim=-1, keepdim=True)  # (..., n_q, 1)
+        attn_scores = attn_scores.masked_fill(~mask & ~fully_masked, float("-inf"))
     if score_mod is not None:  # a modifier may hide keys too (-inf): a row left with none
         dead = attn_scores.isneginf().all(dim=-1, keepdim=True)  # is empty, as if masked
         attn_scores = attn_scores.masked_fill(dead, 0.0)
@@ -383,7 +388,7 @@ def _check_values_and_mask(
         return
     check_tensor("mask", mask)
     if mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor (True = masked), got dtype {mask.dtype}")
+        raise TypeError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
     scores = (
         *torch.broadcast_shapes(queries.shape[:-2], keys.shape[:-2]),
         queries.shape[-2],

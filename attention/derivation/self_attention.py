@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from attention.checks import check_flag, check_input, check_size
 from attention.derivation.core import attention_scores, explicit_attention
 
-__all__ = ["SelfAttentionV1", "SelfAttentionV2"]
+__all__ = ["SelfAttentionV1", "SelfAttentionV2", "SelfAttention_v1", "SelfAttention_v2"]
 
 
 class SelfAttentionV1(nn.Module):
@@ -122,3 +122,8 @@ class SelfAttentionV2(nn.Module):
         values = self.W_value(x)  # (num_tokens, d_out)
         context_vec, _ = explicit_attention(queries, keys, values)  # (num_tokens, d_out)
         return context_vec
+
+
+# The book's own spellings, so that its listings run unchanged.
+SelfAttention_v1 = SelfAttentionV1
+SelfAttention_v2 = SelfAttentionV2

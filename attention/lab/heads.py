@@ -203,7 +203,7 @@ def induction_score(weights: Tensor, idx: Tensor) -> Tensor:
     # after[b, t, s]: key s follows an earlier occurrence of query t's token (x_{s-1} = x_t)
     previous = torch.cat([idx.new_full((idx.shape[0], 1), -1), idx[:, :-1]], dim=1)  # x_{s-1}
     after = idx[:, :, None] == previous[:, None, :]  # (b, T, T)
-    after &= ~causal_mask(num_tokens, idx.device)  # s <= t
+    after &= causal_mask(num_tokens, idx.device)  # s <= t
     has = after.any(-1)  # (b, T): queries whose token was seen before
     if not bool(has.any()):
         return torch.full(weights.shape[:-4] + weights.shape[-3:-2], float("nan"))

@@ -86,7 +86,7 @@ def plan(
     *,
     start: int = 0,
     in_order: bool = True,
-    segments: bool = False,
+    per_row: bool = False,
     score_mods: Sequence[ScoreMod] = (),
     sink: bool = False,
 ) -> Plan:
@@ -98,7 +98,7 @@ def plan(
         num_keys: $S$, the keys.
         start: the first query's position.
         in_order: the keys are positions `0 .. S - 1` (no ring buffer).
-        segments: documents or padding are present (a mask per row).
+        per_row: documents or padding are present (a mask per row).
         score_mods: the layer's score modifiers.
         sink: a learned sink logit (one more key, given a float mask).
 
@@ -114,7 +114,7 @@ def plan(
     bounds, end = rule.bounds, start + num_tokens
     if score_mods and any(mod.bias is None for mod in score_mods):
         return _EXPLICIT
-    plain = not (segments or score_mods or sink)
+    plain = not (per_row or score_mods or sink)
     if plain and bounds.everything:
         return _EVERYTHING
     exactly_causal = bounds.causal and bounds.near >= end  # on positions 0 .. end - 1
@@ -182,7 +182,7 @@ def fused_attention(
     choice = "mask"
     if q_pos is None and (k_pos is None or k_pos.ndim == 1):  # one set of positions
         choice = plan(rule, num_tokens, num_keys, start=start, in_order=k_pos is None,
-                      segments=q_seg is not None, score_mods=score_mods,
+                      per_row=q_seg is not None, score_mods=score_mods,
                       sink=sink_logits is not None).kind  # fmt: skip
     if choice in ("none", "is_causal"):  # the kernel's own call, no mask: a decode step's
         return F.scaled_dot_product_attention(
@@ -190,7 +190,7 @@ def fused_attention(
             is_causal=choice == "is_causal", enable_gqa=queries.shape[1] != keys.shape[1],
         )  # fmt: skip
     if choice == "blocked":
-        return sliding_window_attention(queries, keys, values, rule, segments=q_seg,
+        return sliding_window_attention(queries, keys, values, rule, seg=q_seg,
                                         dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
                                         score_mods=score_mods)  # fmt: skip
     device = queries.device
@@ -403,7 +403,7 @@ def sliding_window_attention(
     values: Tensor,
     rule: Mask,
     *,
-    segments: Tensor | None = None,
+    seg: Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
     sink_logits: Tensor | None = None,
@@ -424,7 +424,7 @@ def sliding_window_attention(
         keys: `(b, h_kv, T, d_h)`, `h` a multiple of `h_kv`.
         values: `(b, h_kv, T, d_v)`.
         rule: a mask whose bounds are causal with a reach.
-        segments: `(b, T)` the tokens' segments (document id, -1 for padding), or None.
+        seg: `(b, T)` the tokens' segments (document id, -1 for padding), or None.
         dropout_p: dropout on the weights (the kernel's own).
         sink_logits: `(h,)` learned sink logits ([`sdpa`][attention.layer.fused.sdpa]), or None.
         score_mods: additive score modifiers.
@@ -438,7 +438,7 @@ def sliding_window_attention(
         >>> q, k, v = torch.randn(3, 1, 2, 10, 4).unbind(0)  # (b, h, T, d_h) each
         >>> fused = sliding_window_attention(q, k, v, window(3))
         >>> pos = torch.arange(10)
-        >>> explicit, _ = explicit_attention(q, k, v, mask=~window(3).grid(pos, pos))
+        >>> explicit, _ = explicit_attention(q, k, v, mask=window(3).grid(pos, pos))
         >>> torch.allclose(fused, explicit, atol=1e-6)
         True
     """
@@ -458,8 +458,8 @@ def sliding_window_attention(
         k, v = _slice(keys, first, hi, before), _slice(values, first, hi, before)  # (b, h_kv, S, d)
         q_pos = torch.arange(lo, hi, device=device)
         q_seg = k_seg = None
-        if segments is not None:
-            q_seg, k_seg = segments[:, lo:hi], segments.index_select(1, keep)
+        if seg is not None:
+            q_seg, k_seg = seg[:, lo:hi], seg.index_select(1, keep)
         out[:, :, lo:hi] = _masked(queries[:, :, lo:hi], k, v, rule, q_pos, keep, q_seg, k_seg,
                                    dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
                                    score_mods=score_mods)  # fmt: skip

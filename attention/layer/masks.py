@@ -471,11 +471,9 @@ def chunk_mask(
     rule: Mask | None = None,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    """What a chunk of queries at positions `start ... start + T - 1` may not see of keys
-    `0 ... start + T - 1`.
-
-    In the core's convention, True = hidden (the `mask` of
-    [`explicit_attention`][attention.derivation.core.explicit_attention]): the negation of the mask.
+    """What a chunk of queries at positions `start ... start + T - 1` may see of keys
+    `0 ... start + T - 1`: True = may attend, the `mask` of
+    [`explicit_attention`][attention.derivation.core.explicit_attention].
 
     Args:
         start: $S$, the tokens before the chunk (the cache's length).
@@ -488,11 +486,11 @@ def chunk_mask(
 
     Examples:
         >>> chunk_mask(3, 2)  # queries at 3 and 4 over keys 0..4: the bottom-right triangle
-        tensor([[False, False, False, False,  True],
-                [False, False, False, False, False]])
+        tensor([[ True,  True,  True,  True, False],
+                [ True,  True,  True,  True,  True]])
     """
     check_size("start", start, minimum=0)
     check_size("num_tokens", num_tokens, minimum=0)
     q_pos = torch.arange(start, start + num_tokens, device=device)
     k_pos = torch.arange(start + num_tokens, device=device)
-    return ~(causal() if rule is None else rule).grid(q_pos, k_pos)
+    return (causal() if rule is None else rule).grid(q_pos, k_pos)

@@ -514,9 +514,9 @@ class MultiHeadAttention(nn.Module):
             q_pos = _positions(start, num_tokens, positions, x.device)
             if k_pos is None:  # the keys are the queries' own tokens, or in order from 0
                 k_pos = q_pos if own else torch.arange(keys.shape[2], device=x.device)
-            hidden = ~visible(self.rule, q_pos, k_pos, seg, k_seg, num_heads=self.num_heads,
+            seen = visible(self.rule, q_pos, k_pos, seg, k_seg, num_heads=self.num_heads,
                               batch=b)  # fmt: skip
-            context_vec, weights = self._explicit(queries, keys, values, hidden, q_pos, k_pos)
+            context_vec, weights = self._explicit(queries, keys, values, seen, q_pos, k_pos)
             attn_weights = weights if need_weights else None
         elif own:  # padding anywhere: rows compacted, so every plan stays open
             context_vec, attn_weights = fused_attention(
@@ -565,8 +565,8 @@ class MultiHeadAttention(nn.Module):
             key, value, key_padding_mask, cache
         )  # (b, h_kv, S, d_h)
         if need_weights:
-            hidden = None if key_seg is None else (key_seg < 0)[:, None, None, :]  # (b, 1, 1, S)
-            context_vec, attn_weights = self._explicit(queries, keys, values, hidden)
+            seen = None if key_seg is None else (key_seg >= 0)[:, None, None, :]  # (b, 1, 1, S)
+            context_vec, attn_weights = self._explicit(queries, keys, values, seen)
         else:
             dropout_p = self.dropout.p if self.training else 0.0
             context_vec = cross_attention(queries, keys, values, key_seg, dropout_p=dropout_p,
@@ -716,14 +716,14 @@ class MultiHeadAttention(nn.Module):
         return queries @ keys.transpose(-2, -1) * scale  # (b, h, T, T)
 
     def mask(self, num_tokens: int, device: torch.device | str | None = None) -> Tensor:
-        """This layer's `(num_tokens, num_tokens)` bool mask, True = hidden, from its rule.
+        """This layer's `(num_tokens, num_tokens)` bool mask, True = may attend, from its rule.
 
         Examples:
             >>> mha = MultiHeadAttention(4, 4, 8, 0.0, num_heads=1, window=2)
             >>> mha.mask(3)
-            tensor([[False,  True,  True],
-                    [False, False,  True],
-                    [ True, False, False]])
+            tensor([[ True, False, False],
+                    [ True,  True, False],
+                    [False,  True,  True]])
         """
         return chunk_mask(0, num_tokens, self.rule, device)
 
@@ -1094,7 +1094,8 @@ def _drop_book_mask(
         shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
         raise ValueError(f"the state_dict's {key!r} must be a square (n, n) tensor, got {shape}")
     if mask.device.type != "meta" and not torch.equal(
-        mask.bool(), causal_mask(mask.shape[0], device=mask.device)
+        mask.bool(),
+        ~causal_mask(mask.shape[0], device=mask.device),  # the book's: True hidden
     ):
         raise ValueError(
             f"the state_dict's {key!r} is not the causal mask triu(ones(n, n), diagonal=1) "

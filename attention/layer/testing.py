@@ -81,7 +81,8 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     `(3 * d_out, d_in)`, queries then keys then values, with one `in_proj_bias`; `out_proj` is
     a `Linear` like ours. It projects queries from its `embed_dim`, so `d_in` must equal
     `d_out`. Causality is not a property of PyTorch's module: pass
-    `attn_mask=causal_mask(T)` to its calls. A module with `kdim` or `vdim` (cross-attention)
+    `attn_mask=~causal_mask(T)` to its calls (its bool `attn_mask` is True where a key is
+    hidden, the opposite of this package's masks). A module with `kdim` or `vdim` (cross-attention)
     becomes one with the same `kdim` and `vdim`, whose three projections are separate.
 
     Args:
@@ -100,7 +101,7 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         >>> mha = MultiHeadAttention(4, 4, context_length=5, dropout=0.0, num_heads=2)
         >>> theirs = to_torch_mha(mha)
         >>> x = torch.randn(2, 5, 4)
-        >>> out, _ = theirs(x, x, x, attn_mask=causal_mask(5), need_weights=False)
+        >>> out, _ = theirs(x, x, x, attn_mask=~causal_mask(5), need_weights=False)
         >>> torch.allclose(out, mha(x), atol=1e-6)
         True
     """

@@ -103,15 +103,16 @@ print(
 # ## Exercise 6.3: one buffer, every length
 #
 # `ca.mask` is built once for `context_length=6`. Run `ca` on the first `n` tokens for every
-# `n` from 1 to 6 and check (a) that the slice `ca.mask[:n, :n]` equals `causal_mask(n)` and
-# (b) that the output equals the first `n` rows of the full run. What happens with 7 tokens?
+# `n` from 1 to 6 and check (a) that the slice `ca.mask[:n, :n]` (the book's buffer, True =
+# hidden) equals `~causal_mask(n)` and (b) that the output equals the first `n` rows of the
+# full run. What happens with 7 tokens?
 
 # %%
 # Solution
 with torch.no_grad():
     full = ca(batch)  # (2, 6, 2)
     for n in range(1, 7):
-        assert torch.equal(ca.mask[:n, :n], causal_mask(n))
+        assert torch.equal(ca.mask[:n, :n], ~causal_mask(n))
         torch.testing.assert_close(ca(batch[:, :n]), full[:, :n])  # (2, n, 2)
 
 seven = torch.cat((inputs, inputs[:1])).unsqueeze(0)  # (1, 7, 3)

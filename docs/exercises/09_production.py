@@ -78,7 +78,8 @@ print("left-padded, NaN filler: the real tokens as alone, the filler gets b_o")
 # `torch.nn.MultiheadAttention(8, 2, batch_first=True)` keeps the three input projections
 # stacked in one `in_proj_weight` of shape `(3 * 8, 8)` (queries, keys, values) and one
 # `in_proj_bias`. Copy `mha`'s weights into it yourself (not with `to_torch_mha`) and check
-# that, with `attn_mask=causal_mask(6)`, both give the same outputs and per-head weights.
+# that, with `attn_mask=~causal_mask(6)` (its bool mask is True where hidden), both give the
+# same outputs and per-head weights.
 
 # %%
 # Solution
@@ -90,7 +91,7 @@ with torch.no_grad():
     theirs.in_proj_bias.copy_(torch.cat([p.bias for p in projections]))
     theirs.out_proj.load_state_dict(mha.out_proj.state_dict())
     out_theirs, w_theirs = theirs(
-        x, x, x, attn_mask=causal_mask(6), average_attn_weights=False
+        x, x, x, attn_mask=~causal_mask(6), average_attn_weights=False
     )
     out_ours, w_ours = mha(x, need_weights=True)
 torch.testing.assert_close(out_ours, out_theirs)

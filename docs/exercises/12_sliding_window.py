@@ -15,15 +15,16 @@ from attention import MultiHeadAttention, causal_mask
 # ## Exercise 12.1: the band
 #
 # Build the windowed causal mask for $T = 7$, $w = 3$ yourself with `torch.arange` (True where
-# hidden) and compare it with `causal_mask(7, window=3)`. How many keys does each query see?
+# the query may attend) and compare it with `causal_mask(7, window=3)`. How many keys does each
+# query see?
 
 # %%
 # Solution
 i = torch.arange(7)[:, None]
 j = torch.arange(7)[None, :]
-mine = (j > i) | (j <= i - 3)  # the future, or too far back
+mine = (j <= i) & (j > i - 3)  # not the future, not too far back
 assert torch.equal(mine, causal_mask(7, window=3))
-print("keys seen per query:", (~mine).sum(dim=-1).tolist())
+print("keys seen per query:", mine.sum(dim=-1).tolist())
 
 # %% [markdown]
 # ## Exercise 12.2: blocks give the same answer

@@ -107,3 +107,38 @@ def test_seed_003_multihead_on_two_chunks() -> None:
     torch.manual_seed(123)
     mha = MultiHeadAttention(5, 2, context_length=6, dropout=0.0, num_heads=2)
     assert_close(mha(batch), E.VERDICT_MHA, atol=E.ATOL, rtol=0)
+
+
+BOOK_SIGNATURES = {
+    "SelfAttention_v1": ["d_in", "d_out"],
+    "SelfAttention_v2": ["d_in", "d_out", "qkv_bias"],
+    "CausalAttention": ["d_in", "d_out", "context_length", "dropout", "qkv_bias"],
+    "MultiHeadAttentionWrapper": ["d_in", "d_out", "context_length", "dropout", "num_heads",
+                                  "qkv_bias"],
+    "MultiHeadAttention": ["d_in", "d_out", "context_length", "dropout", "num_heads",
+                           "qkv_bias"],
+    "GPTDatasetV1": ["txt", "tokenizer", "max_length", "stride"],
+    "GPTModel": ["cfg"],
+    "TransformerBlock": ["cfg"],
+    "FeedForward": ["cfg"],
+    "LayerNorm": ["emb_dim"],
+    "generate_text_simple": ["model", "idx", "max_new_tokens", "context_size"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "parameters"), BOOK_SIGNATURES.items())
+def test_the_books_names_import_from_the_package_with_the_books_parameters(
+    name: str, parameters: list[str]
+) -> None:
+    """`from attention import SelfAttention_v1, ...`: the book's listings run unchanged."""
+    import inspect
+
+    import attention
+
+    obj = getattr(attention, name)
+    positional = [
+        p.name for p in inspect.signature(obj).parameters.values()
+        if p.kind is p.POSITIONAL_OR_KEYWORD
+    ]  # fmt: skip
+    assert positional == parameters
+    assert attention.SelfAttention_v1 is attention.SelfAttentionV1

@@ -105,7 +105,7 @@ def test_equals_torch_multihead_attention(
         x,
         x,
         key_padding_mask=key_padding_mask,
-        attn_mask=causal_mask(T, device=device) if causal else None,
+        attn_mask=~causal_mask(T, device=device) if causal else None,  # True = hidden there
         need_weights=True,
         average_attn_weights=False,
     )

@@ -263,7 +263,7 @@ def test_huge_inputs_stay_finite(need_weights: bool) -> None:
 
 def test_explicit_attention_rows_with_everything_masked_are_zero() -> None:
     q = k = v = torch.randn(4, 3)
-    mask = torch.tensor([[True] * 4, [False, True, True, True], [False] * 4, [True] * 4])
+    mask = torch.tensor([[False] * 4, [True, False, False, False], [True] * 4, [False] * 4])
     z, w = explicit_attention(q, k, v, mask)
     assert torch.equal(w[0], torch.zeros(4)) and torch.equal(z[0], torch.zeros(3))
     assert torch.equal(w[1], torch.tensor([1.0, 0.0, 0.0, 0.0]))

@@ -130,7 +130,7 @@ def test_segments_and_the_chunk_mask() -> None:
                                    [False, False, True]]  # fmt: skip
     assert torch.equal(
         chunk_mask(2, 2, window(2)),
-        torch.tensor([[True, False, False, True], [True, True, False, False]]),
+        torch.tensor([[False, True, True, False], [False, False, True, True]]),
     )
 
 

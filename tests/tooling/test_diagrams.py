@@ -54,7 +54,7 @@ def every_diagram() -> dict[str, Callable[[], Figure]]:
     return {
         "qkv": lambda: diagrams.qkv(inputs, sa.W_query, sa.W_key, sa.W_value),
         "attention_flow": lambda: diagrams.attention_flow(q, k, v),
-        "causal_mask": lambda: diagrams.causal_mask(causal_mask(6), EXAMPLE_TOKENS),
+        "mask_grid": lambda: diagrams.mask_grid(causal_mask(6), EXAMPLE_TOKENS),
         "split_heads": lambda: diagrams.split_heads(mha(), torch.stack((inputs, inputs))),
         "encoder_decoder": lambda: diagrams.encoder_decoder(
             nn.GRU(4, 8, batch_first=True), torch.randn(1, 6, 4)
@@ -67,7 +67,7 @@ def every_diagram() -> dict[str, Callable[[], Figure]]:
         "gqa_groups, 16 heads": lambda: diagrams.gqa_groups(16, 4, 128),
         "ring_buffer": lambda: diagrams.ring_buffer(),
         "ring_buffer, 12 slots": lambda: diagrams.ring_buffer(12, 0, (5, 30, 99)),
-        "causal_mask, 16 keys": lambda: diagrams.causal_mask(causal_mask(16)),
+        "mask_grid, 16 keys": lambda: diagrams.mask_grid(causal_mask(16)),
         "encoder_decoder, 12 tokens": lambda: diagrams.encoder_decoder(
             nn.GRU(2, 32, batch_first=True), torch.randn(3, 12, 2)
         ),
@@ -109,7 +109,7 @@ def test_attention_flow_states_every_intermediate_shape() -> None:
 
 @pytest.mark.parametrize("n", [1, 4, 9])
 def test_causal_mask_draws_one_cell_per_entry(n: int) -> None:
-    labels = texts(diagrams.causal_mask(causal_mask(n), [f"t{i}" for i in range(n)]))
+    labels = texts(diagrams.mask_grid(causal_mask(n), [f"t{i}" for i in range(n)]))
     assert labels.count("−∞") == n * (n - 1) // 2  # the future, above the diagonal
     assert labels.count("0") == n * (n + 1) // 2
     for i in range(1, n + 1):
@@ -121,7 +121,7 @@ def test_causal_mask_draws_one_cell_per_entry(n: int) -> None:
 def test_causal_mask_of_a_chunk_labels_the_newest_tokens_as_queries() -> None:
     mask = chunk_mask(3, 2)  # queries at positions 3 and 4 over keys 0..4: (2, 5)
     assert mask is not None
-    labels = texts(diagrams.causal_mask(mask, list("abcde")))
+    labels = texts(diagrams.mask_grid(mask, list("abcde")))
     assert labels.count("d") == 2 and labels.count("a") == 1  # a is only a key
     assert labels.count("−∞") == 1 and labels.count("0") == 9
     assert {"4", "5"} <= set(labels)  # query d sees 4 keys, query e all 5
@@ -351,27 +351,27 @@ def bad_calls() -> list[tuple[Callable[[], object], type[Exception], str]]:
         ),
         (lambda: diagrams.attention_flow(x, torch.randn(6, 4), x), ValueError, "d_k"),
         (
-            lambda: diagrams.causal_mask(causal_mask(4).float()),
+            lambda: diagrams.mask_grid(causal_mask(4).float()),
             TypeError,
             r"mask must be a bool tensor.*float32",
         ),
         (
-            lambda: diagrams.causal_mask(causal_mask(17)),
+            lambda: diagrams.mask_grid(causal_mask(17)),
             ValueError,
             r"num_keys <= 16, got \(17, 17\)",
         ),
         (
-            lambda: diagrams.causal_mask(torch.zeros(3, 2, dtype=torch.bool)),
+            lambda: diagrams.mask_grid(torch.zeros(3, 2, dtype=torch.bool)),
             ValueError,
             r"1 <= num_queries <= num_keys",
         ),
         (
-            lambda: diagrams.causal_mask(causal_mask(3), ["a", "b"]),
+            lambda: diagrams.mask_grid(causal_mask(3), ["a", "b"]),
             ValueError,
             r"tokens must be 3 labels.*\['a', 'b'\]",
         ),
         (
-            lambda: diagrams.causal_mask(causal_mask(3), "abc"),
+            lambda: diagrams.mask_grid(causal_mask(3), "abc"),
             ValueError,
             "tokens must be 3 labels",
         ),

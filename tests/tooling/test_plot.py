@@ -243,7 +243,7 @@ def test_mask_names_its_axes_and_thins_long_labels() -> None:
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("input token", "depth")
     assert [t.get_text() for t in ax.get_yticklabels()] == [f"{n} layers" for n in range(4)]
     assert [t.get_text() for t in ax.get_xticklabels()] == [str(j) for j in range(0, 24, 2)]
-    with pytest.raises(ValueError, match="hidden must be a bool matrix"):
+    with pytest.raises(ValueError, match="seen must be a bool matrix"):
         mask(torch.full((2, 2), 0.5), ["a", "b"])
 
 
