@@ -12,7 +12,7 @@ import functools
 import os
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +198,45 @@ def run_group(
     x = x.to(cfg.device, torch_dtype)  # (b, T, d_model)
     grad_out = torch.randn_like(x)  # (b, T, d_model)
     base = _base(experiment, cfg, shape, dtype)
+    runs, modules = _build_group(rec, cfg, base, impls, shape, torch_dtype)
+    matmul_result = None
+    for mode in MODES:
+        steps: dict[str, Callable[[], object]] = {}
+        for impl in runs[mode]:
+            module = modules[impl.name][1]
+            steps[impl.name] = make_step(module, x, mode, grad_out, impl.backend)
+        if with_matmul and mode == "forward":
+            steps["matmul"] = _matmul_step(x, cfg.device, torch_dtype)
+        steps = _drop_unsupported(rec, base, mode, steps)
+        timings = measure(
+            steps,
+            device,
+            budget_s=cfg.group_budget_s,
+            min_repeats=cfg.gpt2_min_repeats if experiment == "gpt2" else cfg.min_repeats,
+            max_repeats=cfg.max_repeats,
+        )
+        if "matmul" in timings:
+            matmul_s = min(timings["matmul"].times_s)  # the roof: what the machine can do
+            matmul_result = _matmul_flops(shape) / matmul_s
+            matmul_flops_per_s = matmul_result
+        for row in _group_rows(base, mode, shape, timings, modules, matmul_flops_per_s):
+            rec.add(row)
+    return matmul_result
+
+
+def _build_group(
+    rec: Recorder,
+    cfg: Config,
+    base: dict[str, Any],
+    impls: Sequence[Impl],
+    shape: Shape,
+    torch_dtype: torch.dtype,
+) -> tuple[dict[str, list[Impl]], dict[str, tuple[Impl, nn.Module]]]:
+    """The implementations each mode runs at `shape`, and their modules, built once, seeded.
+
+    An implementation that does not run in a mode (past `max_explicit_tokens`, say) is
+    recorded as skipped there, with the reason.
+    """
     modules: dict[str, tuple[Impl, nn.Module]] = {}
     runs: dict[str, list[Impl]] = {mode: [] for mode in MODES}
     for impl in impls:
@@ -210,47 +249,49 @@ def run_group(
         if any(impl in runs[mode] for mode in MODES):
             torch.manual_seed(cfg.seed)
             modules[impl.name] = (impl, impl.build(shape).to(cfg.device, torch_dtype))
-    matmul_result = None
-    for mode in MODES:
-        steps: dict[str, Callable[[], object]] = {}
-        for impl in runs[mode]:
-            module = modules[impl.name][1]
-            steps[impl.name] = make_step(module, x, mode, grad_out, impl.backend)
-        if with_matmul and mode == "forward":
-            a = x.reshape(-1, shape.d_model)  # (b * T, d_model)
-            w = torch.randn(shape.d_model, shape.d_model, device=cfg.device, dtype=torch_dtype)
-            c = torch.empty_like(a)  # (b * T, d_model): no allocation inside the timing
-            steps["matmul"] = functools.partial(torch.matmul, a, w, out=c)
-        steps = _drop_unsupported(rec, base, mode, steps)
-        timings = measure(
-            steps,
-            device,
-            budget_s=cfg.group_budget_s,
-            min_repeats=cfg.gpt2_min_repeats if experiment == "gpt2" else cfg.min_repeats,
-            max_repeats=cfg.max_repeats,
-        )
-        if "matmul" in timings:
-            matmul_s = min(timings["matmul"].times_s)  # the roof: what the machine can do
-            matmul_result = 2 * shape.batch * shape.num_tokens * shape.d_model**2 / matmul_s
-            matmul_flops_per_s = matmul_result
-        ref = timings.get(REFERENCE)
-        ref_s = None if ref is None else ref.summary()["median_s"]
-        for name, timing in timings.items():
-            row = {**base, "impl": name, "mode": mode, **timing.summary()}
-            if name == "matmul":
-                row["flops"] = 2 * shape.batch * shape.num_tokens * shape.d_model**2
-            else:
-                impl = modules[name][0]
-                row["flops"] = impl.flops(shape, backward=mode == "forward_backward")
-                row["state_bytes"] = state_bytes(modules[name][1])
-                row["peak_bytes"] = timing.peak_bytes
-            row["flops_per_s"] = row["flops"] / row["median_s"]
-            if matmul_flops_per_s:
-                row["matmul_fraction"] = row["flops_per_s"] / matmul_flops_per_s
-            if ref_s is not None and name != "matmul":
-                row["ratio_to_reference"] = row["median_s"] / ref_s
-            rec.add(row)
-    return matmul_result
+    return runs, modules
+
+
+def _matmul_flops(shape: Shape) -> int:
+    """The FLOPs of (b * T, d_model) @ (d_model, d_model), the group's roof."""
+    return 2 * shape.batch * shape.num_tokens * shape.d_model**2
+
+
+def _matmul_step(x: torch.Tensor, device: str, torch_dtype: torch.dtype) -> Callable[[], object]:
+    """The roof's step: `x` as (b * T, d_model) times a square weight, into a ready output."""
+    d_model = x.shape[-1]
+    a = x.reshape(-1, d_model)  # (b * T, d_model)
+    w = torch.randn(d_model, d_model, device=device, dtype=torch_dtype)
+    c = torch.empty_like(a)  # (b * T, d_model): no allocation inside the timing
+    return functools.partial(torch.matmul, a, w, out=c)
+
+
+def _group_rows(
+    base: dict[str, Any],
+    mode: str,
+    shape: Shape,
+    timings: dict[str, Timing],
+    modules: dict[str, tuple[Impl, nn.Module]],
+    matmul_flops_per_s: float | None,
+) -> Iterator[dict[str, Any]]:
+    """A row per timing of one mode: FLOP/s, the fraction of the matmul's, the ratio to SDPA."""
+    ref = timings.get(REFERENCE)
+    ref_s = None if ref is None else ref.summary()["median_s"]
+    for name, timing in timings.items():
+        row = {**base, "impl": name, "mode": mode, **timing.summary()}
+        if name == "matmul":
+            row["flops"] = _matmul_flops(shape)
+        else:
+            impl = modules[name][0]
+            row["flops"] = impl.flops(shape, backward=mode == "forward_backward")
+            row["state_bytes"] = state_bytes(modules[name][1])
+            row["peak_bytes"] = timing.peak_bytes
+        row["flops_per_s"] = row["flops"] / row["median_s"]
+        if matmul_flops_per_s:
+            row["matmul_fraction"] = row["flops_per_s"] / matmul_flops_per_s
+        if ref_s is not None and name != "matmul":
+            row["ratio_to_reference"] = row["median_s"] / ref_s
+        yield row
 
 
 def _drop_unsupported(
@@ -402,27 +443,10 @@ def run(cfg: Config) -> dict[str, Any]:
     impls = implementations(cfg.max_explicit_tokens)
     if cfg.device == "cuda":
         impls = impls + cuda_backend_impls()
-    matmul: dict[str, float | None] = {}
-    if "gpt2" in cfg.experiments:
-        for dtype in cfg.dtypes:
-            print(f"GPT-2-small shape {cfg.gpt2}, {cfg.device} {dtype}", flush=True)
-            matmul[dtype] = run_group(
-                rec, cfg, "gpt2", impls, cfg.gpt2, dtype, with_matmul=True,
-                matmul_flops_per_s=None,
-            )  # fmt: skip
-            rec.sample_load(f"after gpt2 {dtype}")
+    matmul = run_gpt2(rec, cfg, impls) if "gpt2" in cfg.experiments else {}
     sweep_dtype = cfg.dtypes[0] if cfg.device == "cpu" else "float16"
     if "sweep" in cfg.experiments:
-        print(f"context-length sweep, batch {cfg.sweep_batch}, {cfg.device} {sweep_dtype}",
-              flush=True)  # fmt: skip
-        for num_tokens in cfg.sweep_tokens:
-            shape = Shape(cfg.sweep_batch, num_tokens, cfg.gpt2.d_model, cfg.gpt2.num_heads)
-            matmul_flops = matmul.get(sweep_dtype)
-            run_group(
-                rec, cfg, "sweep", impls, shape, sweep_dtype,
-                with_matmul=False, matmul_flops_per_s=matmul_flops,
-            )  # fmt: skip
-            rec.sample_load(f"after sweep T={num_tokens}")
+        run_sweep(rec, cfg, impls, sweep_dtype, matmul.get(sweep_dtype))
     if "construct" in cfg.experiments:
         print(f"construction at context_length={cfg.construct_context_length}", flush=True)
         run_construct(rec, cfg)
@@ -435,38 +459,93 @@ def run(cfg: Config) -> dict[str, Any]:
         run_compile(rec, cfg, cfg.dtypes[0])
         rec.sample_load("after compile")
     targets = check_targets(rec.rows, cfg.dtypes[0], sweep_dtype, cfg.sweep_tokens)
+    _print_targets(targets)
+    rec.sample_load("end")
+    return _document(cfg, rec, sweep_dtype, matmul, targets)
+
+
+def run_gpt2(rec: Recorder, cfg: Config, impls: Sequence[Impl]) -> dict[str, float | None]:
+    """Every implementation and the matmul at the GPT-2-small shape, in each of `cfg.dtypes`.
+
+    Returns the matmul's FLOP/s by dtype, the roof the sweep's rows are measured against.
+    """
+    matmul: dict[str, float | None] = {}
+    for dtype in cfg.dtypes:
+        print(f"GPT-2-small shape {cfg.gpt2}, {cfg.device} {dtype}", flush=True)
+        matmul[dtype] = run_group(
+            rec, cfg, "gpt2", impls, cfg.gpt2, dtype, with_matmul=True, matmul_flops_per_s=None
+        )
+        rec.sample_load(f"after gpt2 {dtype}")
+    return matmul
+
+
+def run_sweep(
+    rec: Recorder,
+    cfg: Config,
+    impls: Sequence[Impl],
+    sweep_dtype: str,
+    matmul_flops_per_s: float | None,
+) -> None:
+    """Every implementation at each of `cfg.sweep_tokens`, at the GPT-2 width, in `sweep_dtype`."""
+    print(f"context-length sweep, batch {cfg.sweep_batch}, {cfg.device} {sweep_dtype}",
+          flush=True)  # fmt: skip
+    for num_tokens in cfg.sweep_tokens:
+        shape = Shape(cfg.sweep_batch, num_tokens, cfg.gpt2.d_model, cfg.gpt2.num_heads)
+        run_group(
+            rec, cfg, "sweep", impls, shape, sweep_dtype,
+            with_matmul=False, matmul_flops_per_s=matmul_flops_per_s,
+        )  # fmt: skip
+        rec.sample_load(f"after sweep T={num_tokens}")
+
+
+def _print_targets(targets: list[dict[str, Any]]) -> None:
+    """Each target's value against its limit, and whether it was met."""
     print("targets (production module):")
     for t in targets:
         verdict = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         sign = ">=" if t.get("at_least") else "<="
         print(f"  {t['target']}: {t['value']:.3f} (target {sign} {t['limit']}) {verdict}")
-    rec.sample_load("end")
+
+
+def _document(
+    cfg: Config,
+    rec: Recorder,
+    sweep_dtype: str,
+    matmul: dict[str, float | None],
+    targets: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The results document of a finished run: when, where, how, and every row."""
     return {
         "schema": SCHEMA_VERSION,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(cfg.device),
-        "config": {
-            "dtypes": list(cfg.dtypes),
-            "sweep_dtype": sweep_dtype,
-            "gpt2": vars(cfg.gpt2),
-            "sweep_batch": cfg.sweep_batch,
-            "sweep_tokens": list(cfg.sweep_tokens),
-            "max_explicit_tokens": cfg.max_explicit_tokens,
-            "group_budget_s": cfg.group_budget_s,
-            "repeats": {
-                "min": cfg.min_repeats,
-                "min_gpt2": cfg.gpt2_min_repeats,
-                "max": cfg.max_repeats,
-            },
-            "reference": REFERENCE,
-            "construct_context_length": cfg.construct_context_length,
-            "decode_tokens": list(cfg.decode_tokens),
-            "experiments": list(cfg.experiments),
-        },
+        "config": _config(cfg, sweep_dtype),
         "method": METHOD,
         "load_average": rec.load,
         "runtime_s": round(time.perf_counter() - rec.start, 1),
         "matmul_flops_per_s": matmul,
         "targets": targets,
         "results": rec.rows,
+    }
+
+
+def _config(cfg: Config, sweep_dtype: str) -> dict[str, Any]:
+    """What a results file records of the `Config` that produced it."""
+    return {
+        "dtypes": list(cfg.dtypes),
+        "sweep_dtype": sweep_dtype,
+        "gpt2": vars(cfg.gpt2),
+        "sweep_batch": cfg.sweep_batch,
+        "sweep_tokens": list(cfg.sweep_tokens),
+        "max_explicit_tokens": cfg.max_explicit_tokens,
+        "group_budget_s": cfg.group_budget_s,
+        "repeats": {
+            "min": cfg.min_repeats,
+            "min_gpt2": cfg.gpt2_min_repeats,
+            "max": cfg.max_repeats,
+        },
+        "reference": REFERENCE,
+        "construct_context_length": cfg.construct_context_length,
+        "decode_tokens": list(cfg.decode_tokens),
+        "experiments": list(cfg.experiments),
     }
