@@ -582,6 +582,14 @@ def gpt2_from_pretrained(
         >>> callable(gpt2_from_pretrained)  # needs the network: see gpt2_from_hf
         True
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a Hub repository such as 'openai-community/gpt2', got "
+                        f"{name!r} ({type(name).__name__})")  # fmt: skip
+    if not name:
+        raise ValueError("name must be a Hub repository such as 'openai-community/gpt2', got ''")
+    if revision is not None and not isinstance(revision, str):
+        raise TypeError(f"revision must be a branch, tag or commit (a str), got "
+                        f"{revision!r} ({type(revision).__name__})")  # fmt: skip
     try:
         from huggingface_hub import snapshot_download
     except ImportError as error:
@@ -610,11 +618,15 @@ def gpt2_config(settings: Mapping[str, Any], *, drop_rate: float = 0.0) -> dict[
     """
     keys = {"n_vocab": "vocab_size", "n_ctx": "context_length", "n_embd": "emb_dim",
             "n_head": "n_heads", "n_layer": "n_layers"}  # fmt: skip
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"settings must be hparams.json's dict, got {type(settings).__name__}")
     missing = [key for key in keys if key not in settings]
     if missing:
         raise ValueError(f"settings (hparams.json) needs {', '.join(keys)}: missing {missing}")
-    cfg = {ours: settings[theirs] for theirs, ours in keys.items()}
-    return {**cfg, "drop_rate": drop_rate, "qkv_bias": True}
+    cfg = {
+        ours: check_size(f"settings' {theirs}", settings[theirs]) for theirs, ours in keys.items()
+    }
+    return {**cfg, "drop_rate": check_dropout(drop_rate, "drop_rate"), "qkv_bias": True}
 
 
 def _book_path(key: str) -> tuple[str | int, ...]:
@@ -682,12 +694,22 @@ def load_weights_into_gpt(gpt: GPTModel, params: Mapping[str, Any]) -> None:
     for path, value in _leaves(params):
         key = by_path.get(path)
         if key is None:
-            n_blocks = len(params.get("blocks", ()))
+            blocks = params.get("blocks", ())
+            n_blocks = len(blocks) if isinstance(blocks, list | tuple) else "no list of them"
             raise ValueError(f"{_show(path)} is not a weight of this model ({len(gpt.trf_blocks)} "
                              f"blocks; params has {n_blocks})")  # fmt: skip
-        weights[key], names[key] = torch.as_tensor(value), _show(path)
+        weights[key], names[key] = _array(value, _show(path)), _show(path)
     names.update({key: _show(path) for path, key in by_path.items() if key not in names})
     _load_gpt2(gpt, weights, names)
+
+
+def _array(value: object, name: str) -> Tensor:
+    """A leaf of the book's `params` (a NumPy array, or a tensor) as a tensor."""
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{name} must be an array of numbers (NumPy or torch), got "
+                        f"{type(value).__name__} {value!r:.40}") from error  # fmt: skip
 
 
 def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:

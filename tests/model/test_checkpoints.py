@@ -615,6 +615,55 @@ def test_gpt2_from_hf_names_a_bad_argument(call: Any, error: type[Exception],
         call()
 
 
+def book_with(path: tuple[Any, ...], value: object) -> dict[str, Any]:
+    """A tied model's `params`, the entry at `path` replaced by `value`."""
+    model = GPTModel(gpt2_config(SETTINGS))
+    with torch.no_grad():
+        model.out_head.weight.copy_(model.tok_emb.weight)
+    _, params = gpt2_to_params(model)
+    tree: Any = params
+    for step in path[:-1]:
+        tree = tree[step]
+    tree[path[-1]] = value
+    return params
+
+
+def load_book(path: tuple[Any, ...], value: object) -> Any:
+    return lambda: load_weights_into_gpt(GPTModel(gpt2_config(SETTINGS)), book_with(path, value))
+
+
+BOOK_ERRORS = {
+    "settings None": (lambda: gpt2_config(None), TypeError,  # type: ignore[arg-type]
+                      r"settings must be hparams\.json's dict, got NoneType"),
+    "n_embd a str": (lambda: gpt2_config({**SETTINGS, "n_embd": "32"}), TypeError,
+                     r"settings' n_embd must be an int, got '32' \(str\)"),
+    "drop_rate a str": (lambda: gpt2_config(SETTINGS, drop_rate="0.1"), TypeError,  # type: ignore[arg-type]
+                        r"drop_rate must be a float in \[0, 1\), got '0\.1'"),
+    "a str leaf": (load_book(("g",), "abc"), TypeError,
+                   r'params\["g"\] must be an array of numbers \(NumPy or torch\), got str'),
+    "a None leaf": (load_book(("blocks", 0, "ln_1", "b"), None), TypeError,
+                    r'params\["blocks"\]\[0\]\["ln_1"\]\["b"\] must be an array of numbers'),
+    "an object array": (load_book(("g",), np.ones(WIDTH, dtype=object)), TypeError,
+                        r'params\["g"\] must be an array of numbers .*got ndarray'),
+    "blocks None": (load_book(("blocks",), None), ValueError,
+                    r'params\["blocks"\] is not a weight of this model \(2 blocks; params has '
+                    r"no list of them\)"),
+    "a hub name None": (lambda: gpt2_from_pretrained(None), TypeError,  # type: ignore[arg-type]
+                        r"name must be a Hub repository such as 'openai-community/gpt2', got "
+                        r"None"),
+    "a revision an int": (lambda: gpt2_from_pretrained(revision=3), TypeError,  # type: ignore[arg-type]
+                          r"revision must be a branch, tag or commit \(a str\), got 3"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "message"), BOOK_ERRORS.values(),
+                         ids=BOOK_ERRORS.keys())  # fmt: skip
+def test_the_books_layout_and_the_hub_name_a_bad_argument(call: Any, error: type[Exception],
+                                                          message: str) -> None:  # fmt: skip
+    with pytest.raises(error, match=message):
+        call()
+
+
 def llama_state() -> dict[str, Tensor]:
     return {"q_proj.weight": torch.randn(64, 64), "k_proj.weight": torch.randn(16, 64),
             "v_proj.weight": torch.randn(16, 64), "o_proj.weight": torch.randn(64, 64)}  # fmt: skip
