@@ -223,6 +223,10 @@ BLOCK_ERRORS = {
                     r"d_model must be divisible by num_heads, got d_model=16, num_heads=3"),
     "experiment d_model": (lambda: transformer_experiment(d_model="16"),  # type: ignore[arg-type]
                            TypeError, r"d_model must be an int, got '16' \(str\)"),
+    "experiment lr": (lambda: transformer_experiment(lr="0.1"),  # type: ignore[arg-type]
+                      ValueError, r"lr must be a finite number > 0, got '0\.1'"),
+    "experiment lr below 0": (lambda: transformer_experiment(lr=-1.0), ValueError,
+                              r"lr must be a finite number > 0, got -1\.0"),
 }  # fmt: skip
 
 
