@@ -109,8 +109,21 @@ def machine(device: str) -> dict[str, Any]:
 
 
 def load_results(directory: Path = RESULTS_DIR) -> list[dict[str, Any]]:
-    """Every results file of the current schema in `directory`, sorted by machine."""
-    docs = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    """Every results file of the current schema in `directory`, sorted by machine.
+
+    Raises:
+        ValueError: a file that is not valid JSON, or not a JSON object, named.
+    """
+    docs = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path} is not a valid JSON file (truncated or corrupted): "
+                             f"{error}") from error  # fmt: skip
+        if not isinstance(doc, dict):
+            raise ValueError(f"{path} must hold a JSON object, got a {type(doc).__name__}")
+        docs.append(doc)
     return [d for d in docs if d.get("schema") == SCHEMA_VERSION]
 
 

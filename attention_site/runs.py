@@ -8,6 +8,12 @@ build ([`prefetch`][attention_site.runs.prefetch]); a page's `once` call then wa
 instead of doing it again, and gets what the same call would have computed in-process: the
 runs seed everything they draw and train on one thread.
 
+A run is looked up by its arguments' types and `repr`s as well as their values, so arguments
+that merely compare equal are different runs: `x=True` is not `x=1`, `x=2.0` is not `x=2`,
+`x=-0.0` is not `x=0.0` (nor `(1, True)` `(1, 1)`, inside a container). A run that raises is not
+kept, wherever it ran: the error is raised to the `once` call that asked for it, and the next
+`once` call with the same arguments runs the function again, in this process.
+
 Examples:
     >>> calls = []
     >>> def square(x):
@@ -29,24 +35,35 @@ from typing import Any, TypeVar
 __all__ = ["once", "prefetch", "waiting"]
 
 R = TypeVar("R")
-_runs: dict[tuple[Any, ...], Any] = {}  # (function, arguments) -> result, or its Future
+_runs: dict[tuple[Any, ...], Any] = {}  # _key(function, arguments) -> result, or its Future
 
 
 def _key(function: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """`(function, (name, type, repr, value), ...)`, by name: equal keys are the same call.
+
+    The value alone would make `True` and `1`, `2.0` and `2`, `-0.0` and `0.0` one run, as they
+    compare (and hash) equal; their types and `repr`s tell them apart (the `repr` also inside
+    containers, `(1, True)` against `(1, 1)`), and the value is kept for a `repr` that hides
+    a difference."""
+    if not callable(function):
+        raise TypeError(f"function must be callable, got {type(function).__name__} "
+                        f"{function!r:.60}")  # fmt: skip
     for name, value in kwargs.items():
         try:
             hash(value)
         except TypeError:
             raise TypeError(f"{name} must be hashable (a run is looked up by its arguments), "
                             f"got {type(value).__name__} {value!r}") from None  # fmt: skip
-    return (function, *sorted(kwargs.items()))
+    items = sorted(kwargs.items(), key=lambda item: item[0])
+    return (function, *((name, type(value), repr(value), value) for name, value in items))
 
 
 def once(function: Callable[..., R], /, **kwargs: Any) -> R:
     """`function(**kwargs)`, run once per process: a later call with the same function and
     arguments returns the first call's result (the same object). If the run was started with
     [`prefetch`][attention_site.runs.prefetch], waits for it and returns its result; an error it
-    raised is raised here.
+    raised is raised here. A run that raised is not kept, here or in the other process: the
+    next call with the same arguments runs `function` again, in this process.
 
     Args:
         function: what to run, e.g. [`train_induction`][attention.lab.heads.train_induction].
@@ -57,7 +74,13 @@ def once(function: Callable[..., R], /, **kwargs: Any) -> R:
         _runs[key] = function(**kwargs)
     result = _runs[key]
     if isinstance(result, Future):
-        result = _runs[key] = pickle.loads(result.result())
+        try:
+            result = pickle.loads(result.result())
+        except BaseException:
+            if _runs[key].done():  # it failed (not this wait, interrupted): as in this process,
+                del _runs[key]  # not kept; the next call runs it again
+            raise
+        _runs[key] = result
     return result  # type: ignore[no-any-return]
 
 
@@ -74,6 +97,9 @@ def prefetch(executor: Executor, function: Callable[..., Any], /, **kwargs: Any)
         function: a module-level function.
         **kwargs: its arguments, by name.
     """
+    if not isinstance(executor, Executor):
+        raise TypeError(f"executor must be a concurrent.futures Executor (a ProcessPoolExecutor, "
+                        f"say), got {type(executor).__name__}")  # fmt: skip
     key = _key(function, kwargs)
     if key not in _runs:
         _runs[key] = executor.submit(_pickled, function, kwargs)
@@ -83,7 +109,7 @@ def waiting() -> list[str]:
     """The prefetched runs no [`once`][attention_site.runs.once] call has asked for yet, as
     `module.function(arguments)`: started for nothing, unless a call is still to come."""
     return [f"{key[0].__module__}.{key[0].__qualname__}("
-            + ", ".join(f"{name}={value!r}" for name, value in key[1:]) + ")"
+            + ", ".join(f"{name}={shown}" for name, _, shown, _ in key[1:]) + ")"
             for key, run in _runs.items() if isinstance(run, Future)]  # fmt: skip
 
 

@@ -438,6 +438,19 @@ def test_committed_results_draw_every_table() -> None:
         assert report.heading(res, "decode")
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b'{"schema": ', r"cpu\.json is not a valid JSON file \(truncated or corrupted\): Expecting"),
+     (b"\xff", r"cpu\.json is not a valid JSON file .*can't decode byte 0xff"),
+     (b"[1]", r"cpu\.json must hold a JSON object, got a list")],
+    ids=["truncated", "not utf-8", "a list"],
+)  # fmt: skip
+def test_a_broken_results_file_is_named(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "cpu.json").write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        bench.load_results(tmp_path)
+
+
 def test_targets_compare_with_hugging_face_only_where_it_was_measured() -> None:
     from attention_bench.targets import check_targets
 

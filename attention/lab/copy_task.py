@@ -18,6 +18,7 @@ Examples:
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -142,7 +143,8 @@ def train(
     Raises:
         TypeError: `model` is not a `Seq2Seq`, or a count, length or the seed is not an int.
         ValueError: `steps < 1`, `batch_size < 1`, `min_len < 1`, `max_len < min_len`,
-            `max_len` over a model's `context_length`, or a negative seed.
+            `max_len` over a model's `context_length`, a negative seed, or `lr` not a finite
+            number above 0.
     """
     if not (isinstance(model, nn.Module) and hasattr(model, "vocab_size")
             and hasattr(model, "bos")):  # fmt: skip
@@ -157,6 +159,8 @@ def train(
     check_size("max_len", max_len)
     if max_len < min_len:
         raise ValueError(f"expected min_len <= max_len, got {min_len=} and {max_len=}")
+    if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr < math.inf):
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")  # not Adam's error
     context_length = getattr(model, "context_length", max_len)  # the transformer has one
     if max_len > context_length:
         raise ValueError(f"max_len must be at most the model's context_length "

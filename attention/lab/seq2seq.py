@@ -54,7 +54,14 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_ids, check_padding_mask, check_size
+from attention.checks import (
+    check_flag,
+    check_ids,
+    check_input,
+    check_padding_mask,
+    check_size,
+    check_tensor,
+)
 from attention.lab.copy_task import (
     MAX_LEN,
     MIN_LEN,
@@ -94,6 +101,10 @@ class EncoderBlock(nn.Module):
         num_heads: attention heads.
         context_length: the longest input.
 
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: a size below 1, or `d_model` not divisible by `num_heads`.
+
     Examples:
         >>> block = EncoderBlock(d_model=8, num_heads=2, context_length=16)
         >>> block(torch.randn(3, 5, 8)).shape  # (batch, n, d): shape kept
@@ -102,6 +113,7 @@ class EncoderBlock(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, context_length: int) -> None:
         super().__init__()
+        _check_widths(d_model, num_heads)
         self.att = MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads,
                                       causal=False)  # fmt: skip
         self.ff = FeedForward({"emb_dim": d_model})
@@ -109,7 +121,15 @@ class EncoderBlock(nn.Module):
         self.norm2 = LayerNorm(d_model)
 
     def forward(self, x: Tensor, padding: Tensor | None = None) -> Tensor:
-        """`(batch, n, d)` -> `(batch, n, d)`; `padding` `(batch, n)`, True = padding."""
+        """`(batch, n, d)` -> `(batch, n, d)`; `padding` `(batch, n)`, True = padding.
+
+        Raises:
+            TypeError: `x` is not a floating-point tensor of the block's dtype.
+            ValueError: `x` is not `(batch, n, d_model)` on the block's device, or `padding`
+                is not `(batch, n)`.
+        """
+        _check_vectors("x", x, self.norm1.scale)
+        _check_padding(padding, x)
         x = x + self.att(self.norm1(x), padding)  # (b, n, d)
         out: Tensor = x + self.ff(self.norm2(x))  # (b, n, d)
         return out
@@ -131,6 +151,10 @@ class DecoderBlock(nn.Module):
         num_heads: attention heads, in both attentions.
         context_length: the longest input and the longest output.
 
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: a size below 1, or `d_model` not divisible by `num_heads`.
+
     Attributes:
         self_att: causal `MultiHeadAttention`: output token $t$ reads tokens $\le t$.
         cross_att: `MultiHeadAttention(causal=False)`: queries from the decoder, keys and
@@ -146,6 +170,7 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, d_model: int, num_heads: int, context_length: int) -> None:
         super().__init__()
+        _check_widths(d_model, num_heads)
         self.self_att = MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads)
         self.cross_att = MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads,
                                             causal=False)  # fmt: skip
@@ -177,12 +202,24 @@ class DecoderBlock(nn.Module):
             `(y, cross_weights)`: `(batch, m, d)`, and `(batch, num_heads, m, n)` or None.
 
         Raises:
-            ValueError: no `memory` and no caches to read it from.
+            TypeError: `y` or `memory` not a floating-point tensor of the block's dtype, or
+                `caches` not a pair of `KVCache`s.
+            ValueError: no `memory` and no caches to read it from; `y` or `memory` not
+                `(batch, length, d_model)` on the block's device, batches that differ, or
+                `padding` not `(batch, n)`.
         """
+        like = self.norm1.scale
+        _check_vectors("y", y, like)
         if memory is None and caches is None:
             raise ValueError("memory is None and there is no cross-attention cache to read "
                              "it from: pass memory (the encoder's output)")  # fmt: skip
-        self_cache, cross_cache = (None, None) if caches is None else caches
+        if memory is not None:
+            _check_vectors("memory", memory, like)
+            if memory.shape[0] != y.shape[0]:
+                raise ValueError(f"y and memory must have one batch size, got {y.shape[0]} "
+                                 f"and {memory.shape[0]}")  # fmt: skip
+            _check_padding(padding, memory)
+        self_cache, cross_cache = (None, None) if caches is None else _check_pair(caches)
         y = y + self.self_att(self.norm1(y), cache=self_cache)  # (b, m, d)
         # Q from the decoder, K and V from the memory (or the cache): (b, m, d)
         out = self.cross_att(self.norm2(y), padding, need_weights, key=memory,
@@ -232,7 +269,8 @@ class Seq2SeqTransformer(nn.Module):
         context_length: int = 64,
     ) -> None:
         super().__init__()
-        self.vocab_size = check_size("vocab_size", vocab_size, minimum=2)
+        self.vocab_size = vocab_size = check_size("vocab_size", vocab_size, minimum=2)
+        _check_widths(d_model, num_heads)
         check_size("num_layers", num_layers)
         self.bos = vocab_size
         self.context_length = check_size("context_length", context_length)
@@ -261,7 +299,18 @@ class Seq2SeqTransformer(nn.Module):
         return ids
 
     def encode(self, src: Tensor, padding: Tensor | None = None) -> Tensor:
-        """The memory $M$: `(batch, n)` ids -> `(batch, n, d)`; `padding` True = padding."""
+        """The memory $M$: `(batch, n)` ids -> `(batch, n, d)`; `padding` True = padding.
+
+        Raises:
+            TypeError: `src` not integer ids.
+            ValueError: `src` not a `(batch, n)` batch of ids in range, or a padding mask not
+                `(batch, n)`.
+        """
+        src = self._check_ids("src", src)
+        _check_padding(padding, src)
+        return self._encode(src, padding)
+
+    def _encode(self, src: Tensor, padding: Tensor | None) -> Tensor:
         x = self.src_embed(src) + self.positions[: src.shape[1]]  # (b, n, d)
         for block in self.encoder:
             x = block(x, padding)  # (b, n, d)
@@ -280,10 +329,34 @@ class Seq2SeqTransformer(nn.Module):
 
         With `caches`, `tgt_in` continues the tokens the caches have seen (their positions
         follow on) and `memory` may be None once the cross-attention caches hold it. Returns
-        the cross-attention weights of every block too if `need_weights`, else `[]`. Checks
-        nothing itself (the forward and `generate` check their inputs); the attention
-        modules check theirs.
+        the cross-attention weights of every block too if `need_weights`, else `[]`.
+
+        Raises:
+            TypeError: `tgt_in` not integer ids, `caches` not `init_caches`' list.
+            ValueError: `tgt_in` not a `(batch, m)` batch of ids in range (`bos` included),
+                more tokens than `context_length` with those the caches hold, or a `memory`,
+                `padding` or cache that does not fit (named by the decoder block).
         """
+        tgt_in = self._check_ids("tgt_in", tgt_in, bos=True)
+        if caches is not None:
+            if not isinstance(caches, list | tuple) or len(caches) != len(self.decoder):
+                raise TypeError(f"caches must be init_caches()'s list of {len(self.decoder)} "
+                                "(self_cache, cross_cache) pairs, one per decoder block, got "
+                                f"{type(caches).__name__} {caches!r:.60}")  # fmt: skip
+            start = _check_pair(caches[0])[0].length
+            if start + tgt_in.shape[1] > self.context_length:
+                raise ValueError(f"tgt_in's {tgt_in.shape[1]} tokens after the {start} the caches "
+                                 f"hold exceed context_length={self.context_length}")  # fmt: skip
+        return self._decode(tgt_in, memory, padding, caches, need_weights)
+
+    def _decode(
+        self,
+        tgt_in: Tensor,
+        memory: Tensor | None,
+        padding: Tensor | None = None,
+        caches: Caches | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
         start = 0 if caches is None else caches[0][0].length  # the first token's position
         y = self.tgt_embed(tgt_in) + self.positions[start : start + tgt_in.shape[1]]  # (b,m,d)
         weights = []
@@ -322,15 +395,23 @@ class Seq2SeqTransformer(nn.Module):
             raise ValueError(f"src and tgt_in must have one batch size, got {src.shape[0]} "
                              f"and {tgt_in.shape[0]}")  # fmt: skip
         _check_padding(padding, src)
-        memory = self.encode(src, padding)  # (b, n, d)
-        return self.decode(tgt_in, memory, padding, need_weights=need_weights)
+        memory = self._encode(src, padding)  # (b, n, d)
+        return self._decode(tgt_in, memory, padding, need_weights=need_weights)
 
     def init_caches(self, batch_size: int, src_len: int, out_len: int) -> Caches:
         """Empty caches for decoding: per decoder block, `(self_cache, cross_cache)`.
 
         The self-attention cache takes up to `out_len` decoder tokens, one per step; the
         cross-attention cache the `src_len` keys and values of the memory, stored once.
+
+        Raises:
+            TypeError: a size is not an int.
+            ValueError: a size below 1, or `src_len` or `out_len` above `context_length`.
         """
+        check_size("batch_size", batch_size)
+        for name, length in (("src_len", src_len), ("out_len", out_len)):
+            if check_size(name, length) > self.context_length:
+                raise ValueError(f"{name}={length} exceeds context_length={self.context_length}")
         blocks = [cast(DecoderBlock, block) for block in self.decoder]
         return [(block.self_att.init_cache(batch_size, out_len),
                  block.cross_att.init_cache(batch_size, src_len))
@@ -362,26 +443,55 @@ class Seq2SeqTransformer(nn.Module):
             `(batch, out_len)` token ids.
 
         Raises:
+            TypeError: `src` not integer ids, `out_len` not an int, `use_cache` not a bool.
             ValueError: `src` not a `(batch, n)` batch of ids in range, `out_len` below 1 or
                 above `context_length`, or a padding mask not `(batch, n)`.
         """
         src = self._check_ids("src", src)
+        check_flag("use_cache", use_cache)
         out_len = src.shape[1] if out_len is None else check_size("out_len", out_len)
         if out_len > self.context_length:
             raise ValueError(f"out_len={out_len} exceeds context_length={self.context_length}")
         _check_padding(padding, src)
-        memory = self.encode(src, padding)  # (b, n, d)
+        memory = self._encode(src, padding)  # (b, n, d)
         tokens = torch.full_like(src[:, :1], self.bos)  # y_0 = bos: (b, 1)
         caches = self.init_caches(src.shape[0], src.shape[1], out_len) if use_cache else None
         for t in range(out_len):
             if caches is None:  # rerun every token so far
-                logits, _ = self.decode(tokens, memory, padding)  # (b, t + 1, V)
+                logits, _ = self._decode(tokens, memory, padding)  # (b, t + 1, V)
             else:  # the newest token only; the memory is read once, at step 0
                 first = t == 0
-                logits, _ = self.decode(tokens[:, -1:], memory if first else None,
-                                        padding if first else None, caches)  # fmt: skip
+                logits, _ = self._decode(tokens[:, -1:], memory if first else None,
+                                         padding if first else None, caches)  # fmt: skip
             tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
         return tokens[:, 1:]  # (b, out_len)
+
+
+def _check_widths(d_model: object, num_heads: object) -> None:
+    """`d_model` and `num_heads` are sizes, and the heads split `d_model` evenly."""
+    d_model, num_heads = check_size("d_model", d_model), check_size("num_heads", num_heads)
+    if d_model % num_heads:
+        raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model}, "
+                         f"num_heads={num_heads}")  # fmt: skip
+
+
+def _check_vectors(name: str, x: object, like: Tensor) -> None:
+    """Token vectors `x` must be `(batch, length, d_model)`, of `like`'s dtype and device
+    (`like` a parameter of the block, `d_model` wide)."""
+    x = check_tensor(name, x)
+    try:
+        check_input(x, like.shape[-1], batched=True, like=like)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{name}: {error}") from None
+
+
+def _check_pair(caches: object) -> tuple[KVCache, KVCache]:
+    """A decoder block's caches: `(self_cache, cross_cache)`, two `KVCache`s."""
+    if not (isinstance(caches, tuple | list) and len(caches) == 2
+            and all(isinstance(cache, KVCache) for cache in caches)):  # fmt: skip
+        raise TypeError(f"caches must be a (self_cache, cross_cache) pair of KVCaches, from "
+                        f"init_caches(), got {type(caches).__name__} {caches!r:.60}")  # fmt: skip
+    return caches[0], caches[1]
 
 
 def _check_padding(padding: object, src: Tensor) -> None:

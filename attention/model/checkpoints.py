@@ -73,7 +73,7 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_size, check_tensor
+from attention.checks import check_dropout, check_flag, check_size, check_tensor
 from attention.layer.masks import from_flags
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.softcap import softcap
@@ -330,13 +330,15 @@ def _load_gpt2(model: GPTModel, weights: Mapping[str, Tensor], names: Mapping[st
 def _n_heads(n_heads: int | None, config: Mapping[str, Any] | None, emb_dim: int) -> int:
     """The heads: the argument, else `config.json`'s `n_head`, else GPT-2's for this width."""
     from_config = None if config is None else config.get("n_head")
+    if from_config is not None:
+        from_config = check_size("config.json's n_head", from_config)
     if n_heads is not None:
         check_size("n_heads", n_heads)
         if from_config is not None and from_config != n_heads:
             raise ValueError(f"n_heads={n_heads}, but config.json says n_head={from_config}")
         return n_heads
     if from_config is not None:
-        return check_size("config.json's n_head", from_config)
+        return from_config
     if emb_dim in GPT2_HEADS:
         return GPT2_HEADS[emb_dim]
     raise ValueError(
@@ -361,7 +363,7 @@ def _check_config_against(config: Mapping[str, Any], cfg: Mapping[str, Any]) -> 
     pairs = {"n_layer": "n_layers", "n_embd": "emb_dim", "n_positions": "context_length",
              "vocab_size": "vocab_size"}  # fmt: skip
     for key, ours in pairs.items():
-        if key in config and config[key] != cfg[ours]:
+        if key in config and check_size(f"config.json's {key}", config[key]) != cfg[ours]:
             raise ValueError(f"config.json says {key}={config[key]!r}, but the weights hold "
                              f"{cfg[ours]}: a missing or extra tensor, or another model's "
                              "config")  # fmt: skip
@@ -370,30 +372,90 @@ def _check_config_against(config: Mapping[str, Any], cfg: Mapping[str, Any]) -> 
 def _load_file(path: Path) -> Mapping[str, Tensor]:
     """One checkpoint file: `.safetensors`, or a pickled state dict (`.bin`, `.pt`, `.pth`)."""
     if path.suffix == ".safetensors":
-        try:
-            from safetensors.torch import load_file
-        except ImportError as error:
-            raise ImportError(f"reading {path.name} needs safetensors: pip install "
-                              "safetensors") from error  # fmt: skip
-        return load_file(path)
+        return _load_safetensors(path)
     if path.suffix in (".bin", ".pt", ".pth"):
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = _load_pickled(path)
         if not isinstance(state, Mapping):
             raise ValueError(f"{path} holds a {type(state).__name__}, not a state dict")
         return state
     raise ValueError(f"source must be a .safetensors, .bin, .pt or .pth file, got {path.name!r}")
 
 
+def _load_safetensors(path: Path) -> dict[str, Tensor]:
+    try:
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+    except ImportError as error:
+        raise ImportError(f"reading {path.name} needs safetensors: pip install "
+                          "safetensors") from error  # fmt: skip
+    try:
+        return load_file(path)
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a complete safetensors file (truncated or corrupted): "
+                         f"{error}") from error  # fmt: skip
+
+
+def _load_pickled(path: Path) -> object:
+    """`torch.load(path, weights_only=True)`, its errors told apart: a file that is no
+    checkpoint (empty, truncated, another format) from one that pickles more than tensors."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, MemoryError):  # their messages name the file, or concern no file
+        raise
+    except Exception as error:  # torch's unpicklers raise any kind
+        text = str(error)
+        found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\. |\n|$)", text)
+        reason = found.group(1) if found else text.split(". ")[0].strip() or type(error).__name__
+        if "Unsupported global" in text:
+            raise ValueError(f"{path} pickles objects other than tensors ({reason}), which "
+                             "torch.load(weights_only=True) refuses to run: save the model's "
+                             "state_dict(), or safetensors") from error  # fmt: skip
+        raise ValueError(f"{path} is not a PyTorch checkpoint (empty, truncated, corrupted or "
+                         f"another format): {reason}") from error  # fmt: skip
+
+
+def _read_json(path: Path) -> Any:
+    """What a JSON file of a checkpoint directory holds, or an error that names the file."""
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a valid JSON file (truncated or corrupted): "
+                         f"{error}") from error  # fmt: skip
+
+
+def _shards(path: Path, index: Path) -> list[Path]:
+    """The shard files an index (`model.safetensors.index.json`) names, each checked."""
+    weight_map = _read_json(index)
+    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(shard, str) for shard in weight_map.values())
+    ):
+        raise ValueError(f"{index} must hold a JSON object whose weight_map maps tensor names "
+                         f"to shard files, got weight_map={weight_map!r:.80}")  # fmt: skip
+    names = sorted(set(weight_map.values()))
+    for name in names:
+        if not (path / name).resolve().is_relative_to(path.resolve()):
+            raise ValueError(f"{index} names a shard outside {path}: {name!r}")
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{index} names the shard {name!r}, which is not a file "
+                                    f"in {path}")  # fmt: skip
+    return [path / name for name in names]
+
+
 def _load_dir(path: Path) -> tuple[dict[str, Tensor], dict[str, Any] | None]:
     """A `save_pretrained` directory: `config.json` and the weights, sharded or not."""
     config_path = path / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else None
+    config = _read_json(config_path) if config_path.exists() else None
     if config is not None and not isinstance(config, dict):
         raise ValueError(f"{config_path} must hold a JSON object, got a {type(config).__name__}")
     for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-        if (path / index_name).is_file():
-            shards = sorted(set(json.loads((path / index_name).read_text())["weight_map"].values()))
-            return {k: v for s in shards for k, v in _load_file(path / s).items()}, config
+        if (path / index_name).exists():
+            shards = _shards(path, path / index_name)
+            return {k: v for shard in shards for k, v in _load_file(shard).items()}, config
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (path / name).is_file():
             return dict(_load_file(path / name)), config
@@ -406,6 +468,8 @@ def _read_source(source: object) -> tuple[Mapping[str, Any], dict[str, Any] | No
     if not isinstance(source, str | os.PathLike):
         raise TypeError(f"source must be a state dict, or the path of a file or directory, "
                         f"got {type(source).__name__}")  # fmt: skip
+    if not os.fspath(source):
+        raise ValueError("source must be a state dict or a path, got the empty path ''")
     path = Path(source)
     if path.is_dir():
         return _load_dir(path)
@@ -442,10 +506,14 @@ def gpt2_from_hf(
         The model.
 
     Raises:
-        TypeError: `source` of another kind, or a tensor that is not floating point.
+        TypeError: `source` or `device` of another kind, a tensor that is not floating point,
+            or a `config.json` size that is not an int.
         ValueError: a missing or unknown key, a wrong shape (each named, with the expected and
-            the actual shape), unknown heads, or a `config.json` that is not GPT-2's.
-        FileNotFoundError: no such file or directory.
+            the actual shape), unknown heads, or a `config.json` that is not GPT-2's; a file
+            that cannot be read (an empty, truncated or corrupted checkpoint, a pickle of more
+            than tensors, invalid JSON, an index without its `weight_map`), named with what
+            is wrong with it, the reader's own error chained.
+        FileNotFoundError: no such file or directory, or a shard an index names.
 
     Examples:
         >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
@@ -471,10 +539,22 @@ def gpt2_from_hf(
     cfg = _gpt2_cfg(weights, _n_heads(n_heads, config, int(wte.shape[1])))
     if config is not None:
         _check_config_against(config, cfg)
-    where = wte.device if device is None else torch.device(device)
+    where = wte.device if device is None else _device(device)
     model = _uninitialised(lambda: GPTModel(cfg), dtype or wte.dtype, where)
     _load_gpt2(model, weights, names)
     return model
+
+
+def _device(device: object) -> torch.device:
+    """`device` as a `torch.device`, or an error that names the argument."""
+    if isinstance(device, bool) or not isinstance(device, torch.device | str | int):
+        raise TypeError(f"device must be a torch.device or a string such as 'cpu' or 'cuda:0', "
+                        f"got {device!r} ({type(device).__name__})")  # fmt: skip
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"device must be a device such as 'cpu', 'cuda' or 'cuda:0', got "
+                         f"{device!r}") from error  # fmt: skip
 
 
 def gpt2_from_pretrained(
@@ -502,6 +582,14 @@ def gpt2_from_pretrained(
         >>> callable(gpt2_from_pretrained)  # needs the network: see gpt2_from_hf
         True
     """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a Hub repository such as 'openai-community/gpt2', got "
+                        f"{name!r} ({type(name).__name__})")  # fmt: skip
+    if not name:
+        raise ValueError("name must be a Hub repository such as 'openai-community/gpt2', got ''")
+    if revision is not None and not isinstance(revision, str):
+        raise TypeError(f"revision must be a branch, tag or commit (a str), got "
+                        f"{revision!r} ({type(revision).__name__})")  # fmt: skip
     try:
         from huggingface_hub import snapshot_download
     except ImportError as error:
@@ -530,11 +618,15 @@ def gpt2_config(settings: Mapping[str, Any], *, drop_rate: float = 0.0) -> dict[
     """
     keys = {"n_vocab": "vocab_size", "n_ctx": "context_length", "n_embd": "emb_dim",
             "n_head": "n_heads", "n_layer": "n_layers"}  # fmt: skip
+    if not isinstance(settings, Mapping):
+        raise TypeError(f"settings must be hparams.json's dict, got {type(settings).__name__}")
     missing = [key for key in keys if key not in settings]
     if missing:
         raise ValueError(f"settings (hparams.json) needs {', '.join(keys)}: missing {missing}")
-    cfg = {ours: settings[theirs] for theirs, ours in keys.items()}
-    return {**cfg, "drop_rate": drop_rate, "qkv_bias": True}
+    cfg = {
+        ours: check_size(f"settings' {theirs}", settings[theirs]) for theirs, ours in keys.items()
+    }
+    return {**cfg, "drop_rate": check_dropout(drop_rate, "drop_rate"), "qkv_bias": True}
 
 
 def _book_path(key: str) -> tuple[str | int, ...]:
@@ -602,12 +694,22 @@ def load_weights_into_gpt(gpt: GPTModel, params: Mapping[str, Any]) -> None:
     for path, value in _leaves(params):
         key = by_path.get(path)
         if key is None:
-            n_blocks = len(params.get("blocks", ()))
+            blocks = params.get("blocks", ())
+            n_blocks = len(blocks) if isinstance(blocks, list | tuple) else "no list of them"
             raise ValueError(f"{_show(path)} is not a weight of this model ({len(gpt.trf_blocks)} "
                              f"blocks; params has {n_blocks})")  # fmt: skip
-        weights[key], names[key] = torch.as_tensor(value), _show(path)
+        weights[key], names[key] = _array(value, _show(path)), _show(path)
     names.update({key: _show(path) for path, key in by_path.items() if key not in names})
     _load_gpt2(gpt, weights, names)
+
+
+def _array(value: object, name: str) -> Tensor:
+    """A leaf of the book's `params` (a NumPy array, or a tensor) as a tensor."""
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{name} must be an array of numbers (NumPy or torch), got "
+                        f"{type(value).__name__} {value!r:.40}") from error  # fmt: skip
 
 
 def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:
@@ -670,16 +772,24 @@ class _Llama(NamedTuple):
 
 def _rope_theta(config: Mapping[str, Any]) -> float:
     """RoPE's base; refuses any scaling but the default (transformers 5 and 4 configs)."""
-    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    key = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
+    rope = config.get(key) or {}
+    if not isinstance(rope, Mapping):
+        raise TypeError(f"config's {key} must be a dict (rope_type, rope_theta, ...), got "
+                        f"{rope!r:.60} ({type(rope).__name__})")  # fmt: skip
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":
         raise ValueError(f"config's RoPE type is {kind!r}: only the default (unscaled) RoPE "
                          "is supported")  # fmt: skip
     partial = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
     if partial != 1.0:
-        raise ValueError(f"config rotates part of each head (partial_rotary_factor={partial}): "
+        raise ValueError(f"config rotates part of each head (partial_rotary_factor={partial!r}): "
                          "MultiHeadAttention rotates all of it")  # fmt: skip
-    return float(rope.get("rope_theta", config.get("rope_theta", 10000.0)))
+    name, theta = ((f"config's {key}['rope_theta']", rope["rope_theta"]) if "rope_theta" in rope
+                   else ("config's rope_theta", config.get("rope_theta", 10000.0)))  # fmt: skip
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or not 1 < theta < math.inf:
+        raise ValueError(f"{name} must be a finite number > 1 (RoPE's base), got {theta!r}")
+    return float(theta)
 
 
 def _config_dict(config: object) -> Mapping[str, Any]:
@@ -700,6 +810,9 @@ def _layer_types(config: Mapping[str, Any]) -> list[str] | None:
     or Gemma 2's (a window in every other layer, the first included)."""
     types = config.get("layer_types")
     if types:
+        if not isinstance(types, list | tuple) or not all(isinstance(t, str) for t in types):
+            raise TypeError(f"config's layer_types must be a list of strings, one per layer "
+                            f"('full_attention', ...), got {types!r:.60}")  # fmt: skip
         return list(types)
     if config.get("model_type") == "gemma2" and config.get("sliding_window") is not None:
         layers = check_size("num_hidden_layers", config.get("num_hidden_layers"))
@@ -741,7 +854,8 @@ def _llama(config: object, context_length: int | None, layer: int | None = None)
     config = _config_dict(config)
     hidden = check_size("hidden_size", config["hidden_size"])
     heads = check_size("num_attention_heads", config["num_attention_heads"])
-    head_dim = check_size("head_dim", config.get("head_dim") or hidden // heads)
+    head_dim = config.get("head_dim")
+    head_dim = check_size("head_dim", hidden // heads if head_dim is None else head_dim)
     if heads * head_dim != hidden:
         raise ValueError(
             f"num_attention_heads * head_dim = {heads} * {head_dim} must equal hidden_size="
@@ -750,13 +864,21 @@ def _llama(config: object, context_length: int | None, layer: int | None = None)
     context = config.get("max_position_embeddings") if context_length is None else context_length
     if context is None:
         raise ValueError("config has no max_position_embeddings: pass context_length")
+    context = check_size("context_length" if context_length is not None
+                         else "config's max_position_embeddings", context)  # fmt: skip
+    bias, dropout = config.get("attention_bias"), config.get("attention_dropout")
     kv_heads = config.get("num_key_value_heads")
     kv_heads = heads if kv_heads is None else check_size("num_key_value_heads", kv_heads)
+    if heads % kv_heads:
+        raise ValueError(f"config's num_key_value_heads={kv_heads} must divide "
+                         f"num_attention_heads={heads} (a group of query heads per key/value "
+                         "head)")  # fmt: skip
     _refuse_unsupported(config)
     return _Llama(
         hidden, heads, kv_heads, head_dim, _rope_theta(config), _window(config, layer),
-        bool(config.get("attention_bias", False)), check_size("context_length", context),
-        float(config.get("attention_dropout", 0.0)), _scale(config, head_dim),
+        bias is not None and check_flag("config's attention_bias", bias), context,
+        0.0 if dropout is None else check_dropout(dropout, "config's attention_dropout"),
+        _scale(config, head_dim),
         _positive(config, "attn_logit_softcapping"),
     )  # fmt: skip
 
@@ -815,6 +937,25 @@ def _llama_slots(
     return slots
 
 
+def _llama_state(state_dict: object, prefix: object) -> dict[str, Any]:
+    """The tensors of `state_dict` under `prefix`, without it (and without RoPE's buffer)."""
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping from names to tensors (a module's "
+                        f"state_dict()), got {type(state_dict).__name__}")  # fmt: skip
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str (e.g. 'model.layers.0.self_attn.'), got "
+                        f"{prefix!r} ({type(prefix).__name__})")  # fmt: skip
+    odd = [key for key in state_dict if not isinstance(key, str)]
+    if odd:
+        raise TypeError(f"state_dict's keys must be str (tensor names), got {odd[0]!r} "
+                        f"({type(odd[0]).__name__})")  # fmt: skip
+    state = {k.removeprefix(prefix): v for k, v in state_dict.items()
+             if k.startswith(prefix) and not k.endswith("rotary_emb.inv_freq")}  # fmt: skip
+    if not state:
+        raise ValueError(f"state_dict has no key that starts with prefix={prefix!r}")
+    return state
+
+
 def attention_from_llama(
     state_dict: Mapping[str, Tensor],
     config: object,
@@ -845,9 +986,12 @@ def attention_from_llama(
             attention (Qwen2's first `max_window_layers` without a window, say).
 
     Raises:
-        TypeError: `config` is neither a config nor a mapping.
+        TypeError: `config` is neither a config nor a mapping, `state_dict` not a mapping
+            with str keys, `prefix` not a str, tensors not floating point or of more than one
+            dtype, or a size, flag or probability (argument or config value) of another kind.
         ValueError: a missing or unknown key or a wrong shape (named, expected and actual),
-            RoPE scaling, or `num_attention_heads * head_dim != hidden_size`.
+            RoPE scaling, a RoPE base not above 1, `num_attention_heads * head_dim !=
+            hidden_size`, or key/value heads that do not divide the heads.
 
     Examples:
         >>> config = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -861,11 +1005,10 @@ def attention_from_llama(
         >>> torch.equal(attention_to_llama(att)["k_proj.weight"], state["k_proj.weight"])
         True
     """
+    state = _llama_state(state_dict, prefix)
+    if layer is not None:
+        check_size("layer", layer, minimum=0)
     spec = _llama(config, context_length, layer)
-    state = {k.removeprefix(prefix): v for k, v in state_dict.items()
-             if k.startswith(prefix) and not k.endswith("rotary_emb.inv_freq")}  # fmt: skip
-    if not state:
-        raise ValueError(f"state_dict has no key that starts with prefix={prefix!r}")
     name, like = next(iter(state.items()))
     like = check_tensor(prefix + name, like, floating=True)
     qkv_bias = spec.bias or "q_proj.bias" in state  # Qwen2: biases on q, k, v only
@@ -884,7 +1027,7 @@ def attention_from_llama(
     with torch.no_grad():
         att.out_proj.bias.zero_()  # Hugging Face's o_proj has none, unless the state has one
         for key, param, shape in slots:
-            value = check_tensor(prefix + key, state[key], floating=True)
+            value = check_tensor(prefix + key, state[key], floating=True, like=like)
             if tuple(value.shape) != shape:
                 raise ValueError(f"{prefix}{key}: expected shape {shape}, got {tuple(value.shape)}")
             assert param is not None

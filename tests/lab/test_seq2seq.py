@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -13,6 +15,7 @@ from attention.lab.seq2seq import (
     Seq2SeqTransformer,
     transformer_experiment,
 )
+from attention.layer.cache import KVCache
 
 VOCAB_SIZE = 20
 
@@ -168,3 +171,102 @@ def test_bad_inputs_are_named(model: Seq2SeqTransformer) -> None:
         Seq2SeqTransformer(1)
     with pytest.raises(ValueError, match="d_model"):
         Seq2SeqTransformer(VOCAB_SIZE, d_model=15)  # odd: no sin/cos pairs
+
+
+def caches_of(model: Seq2SeqTransformer, filled: int = 0) -> list[tuple[KVCache, KVCache]]:
+    """`init_caches` for a batch of 3, 7 source tokens, 64 output tokens; `filled` of them
+    decoded already."""
+    caches = model.init_caches(3, src_len=7, out_len=64)
+    memory = model.encode(batch())
+    with torch.no_grad():
+        for t in range(filled):
+            model.decode(torch.zeros(3, 1, dtype=torch.long), memory if t == 0 else None,
+                         caches=caches)  # fmt: skip
+    return caches
+
+
+ENCODER, DECODER = EncoderBlock(8, 2, 16), DecoderBlock(8, 2, 16)
+Y, MEMORY = torch.randn(2, 5, 8), torch.randn(2, 6, 8)
+SHAPE = r"expected input of shape \(batch, num_tokens, d_in\) with d_in=8, got"
+# (call, error, message): each names the argument, what it expected and what it got, where
+# torch's own error (a layer norm's, an embedding's) names none of them
+BLOCK_ERRORS = {
+    "encoder width": (lambda: ENCODER(torch.randn(2, 5, 9)), ValueError,
+                      rf"^x: {SHAPE} last dimension 9 \(shape \(2, 5, 9\)\)"),
+    "encoder ids": (lambda: ENCODER(torch.zeros(2, 5, 8, dtype=torch.long)), TypeError,
+                    r"^x: expected a floating-point input .*got dtype torch\.int64"),
+    "encoder list": (lambda: ENCODER([[1.0]]), TypeError, r"^x must be a torch\.Tensor, got list"),
+    "encoder padding": (lambda: ENCODER(Y, torch.zeros(2, 4, dtype=torch.bool)), ValueError,
+                        r"^padding: key_padding_mask must have shape .* = \(2, 5\), got \(2, 4\)"),
+    "decoder width": (lambda: DECODER(torch.randn(2, 5, 9), MEMORY), ValueError,
+                      rf"^y: {SHAPE} last dimension 9"),
+    "memory width": (lambda: DECODER(Y, torch.randn(2, 6, 9)), ValueError,
+                     rf"^memory: {SHAPE} last dimension 9"),
+    "memory rank": (lambda: DECODER(Y, torch.randn(6, 8)), ValueError,
+                    rf"^memory: {SHAPE} a 2-d tensor of shape \(6, 8\)"),
+    "memory dtype": (lambda: DECODER(Y, MEMORY.double()), TypeError,
+                     r"^memory: expected input of dtype torch\.float32 .*got torch\.float64"),
+    "memory batch": (lambda: DECODER(Y, torch.randn(3, 6, 8)), ValueError,
+                     r"y and memory must have one batch size, got 2 and 3"),
+    "decoder caches": (lambda: DECODER(Y, MEMORY, caches=3), TypeError,  # type: ignore[arg-type]
+                       r"caches must be a \(self_cache, cross_cache\) pair of KVCaches, from "
+                       r"init_caches\(\), got int 3"),
+    "encoder d_model": (lambda: EncoderBlock("8", 2, 16), TypeError,  # type: ignore[arg-type]
+                        r"d_model must be an int, got '8' \(str\)"),
+    "decoder heads": (lambda: DecoderBlock(8, 3, 16), ValueError,
+                      r"d_model must be divisible by num_heads, got d_model=8, num_heads=3"),
+    "model d_model": (lambda: Seq2SeqTransformer(VOCAB_SIZE, "16"),  # type: ignore[arg-type]
+                      TypeError, r"d_model must be an int, got '16' \(str\)"),
+    "model d_model float": (lambda: Seq2SeqTransformer(VOCAB_SIZE, 16.0),  # type: ignore[arg-type]
+                            TypeError, r"d_model must be an int, got 16\.0 \(float\)"),
+    "model heads": (lambda: Seq2SeqTransformer(VOCAB_SIZE, d_model=16, num_heads=3), ValueError,
+                    r"d_model must be divisible by num_heads, got d_model=16, num_heads=3"),
+    "experiment d_model": (lambda: transformer_experiment(d_model="16"),  # type: ignore[arg-type]
+                           TypeError, r"d_model must be an int, got '16' \(str\)"),
+    "experiment lr": (lambda: transformer_experiment(lr="0.1"),  # type: ignore[arg-type]
+                      ValueError, r"lr must be a finite number > 0, got '0\.1'"),
+    "experiment lr below 0": (lambda: transformer_experiment(lr=-1.0), ValueError,
+                              r"lr must be a finite number > 0, got -1\.0"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "message"), BLOCK_ERRORS.values(),
+                         ids=BLOCK_ERRORS.keys())  # fmt: skip
+def test_the_blocks_and_the_sizes_name_a_bad_input(call: Any, error: type[Exception],
+                                                   message: str) -> None:  # fmt: skip
+    with pytest.raises(error, match=message):
+        call()
+
+
+MODEL_ERRORS = {
+    "encode float ids": (lambda m: m.encode(torch.zeros(2, 3)), TypeError,
+                         r"src must be integer ids, got dtype torch\.float32"),
+    "encode bos": (lambda m: m.encode(torch.full((2, 3), VOCAB_SIZE)), ValueError,
+                   r"src must be in 0 \.\. 19 \(vocab_size=20\), got ids from 20 to 20"),
+    "encode padding": (lambda m: m.encode(batch(), torch.zeros(3, 6, dtype=torch.bool)),
+                       ValueError, r"padding: key_padding_mask must have shape"),
+    "decode ids": (lambda m: m.decode(torch.full((3, 2), 25), m.encode(batch())), ValueError,
+                   r"tgt_in must be in 0 \.\. 20 \(vocab_size=21\), got ids from 25 to 25"),
+    "decode caches": (lambda m: m.decode(torch.zeros(3, 1, dtype=torch.long), None, caches=3),
+                      TypeError, r"caches must be init_caches\(\)'s list of 2 \(self_cache, "
+                                 r"cross_cache\) pairs, one per decoder block, got int 3"),
+    "decode past the context": (lambda m: m.decode(torch.zeros(3, 2, dtype=torch.long), None,
+                                                   caches=caches_of(m, 63)),
+                                ValueError, r"tgt_in's 2 tokens after the 63 the caches hold "
+                                            r"exceed context_length=64"),
+    "init_caches src_len": (lambda m: m.init_caches(3, src_len=65, out_len=4), ValueError,
+                            r"src_len=65 exceeds context_length=64"),
+    "init_caches out_len": (lambda m: m.init_caches(3, src_len=4, out_len="4"), TypeError,
+                            r"out_len must be an int, got '4' \(str\)"),
+    "generate use_cache": (lambda m: m.generate(batch(), use_cache="no"), TypeError,
+                           r"use_cache must be True or False, got 'no' \(str\)"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "message"), MODEL_ERRORS.values(),
+                         ids=MODEL_ERRORS.keys())  # fmt: skip
+def test_encode_decode_and_caches_name_a_bad_input(
+    model: Seq2SeqTransformer, call: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        call(model)

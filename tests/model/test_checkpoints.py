@@ -9,6 +9,7 @@ masks. Tiny random models throughout.
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import math
 import sys
@@ -477,6 +478,192 @@ def test_the_books_layout_names_the_bad_entry() -> None:
         gpt2_config({key: v for key, v in SETTINGS.items() if key != "n_layer"})
 
 
+def pickled(value: object) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def saved(directory: Path, kind: str) -> None:
+    """The tiny GPT-2 as `save_pretrained` writes it: config.json, and its weights."""
+    config = {"model_type": "gpt2", "n_head": HEADS, "n_layer": LAYERS}
+    (directory / "config.json").write_text(json.dumps(config))
+    if kind == "safetensors":
+        safetensors = pytest.importorskip("safetensors.torch")
+        safetensors.save_file(tiny_state(), directory / "model.safetensors")
+    else:
+        torch.save(tiny_state(), directory / "pytorch_model.bin")
+
+
+def half(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+INDEX = "pytorch_model.bin.index.json"
+NOT_JSON = r"is not a valid JSON file \(truncated or corrupted\): "
+NOT_PT = (
+    r"pytorch_model\.bin is not a PyTorch checkpoint \(empty, truncated, corrupted or "
+    r"another format\): "
+)
+# (saved as, the file changed, its new content (bytes, a function of the old, None: a
+# directory), the source read (. the directory), error, message): each names the file
+BAD_FILES = {
+    "truncated safetensors": ("safetensors", "model.safetensors", half, ".", ValueError,
+                              r"model\.safetensors is not a complete safetensors file \(truncated "
+                              r"or corrupted\): .*incomplete metadata, file not fully covered"),
+    "empty safetensors": ("safetensors", "model.safetensors", b"", "model.safetensors",
+                          ValueError, r"model\.safetensors is not a complete .*header too small"),
+    "garbage bin": ("bin", "pytorch_model.bin", b"garbage", ".", ValueError,
+                    NOT_PT + "Unsupported operand"),
+    "empty bin": ("bin", "pytorch_model.bin", b"", "pytorch_model.bin", ValueError,
+                  NOT_PT + "EOFError"),
+    "truncated bin": ("bin", "pytorch_model.bin", half, ".", ValueError,
+                      NOT_PT + "PytorchStreamReader failed reading zip archive"),
+    "a pickled module": ("bin", "pytorch_model.bin", pickled(nn.Linear(2, 2)), ".", ValueError,
+                         r"pytorch_model\.bin pickles objects other than tensors \(Unsupported "
+                         r"global: GLOBAL torch\.nn\.modules\.linear\.Linear.* state_dict\(\)"),
+    "broken config": ("bin", "config.json", b'{"n_head": 4,', ".", ValueError,
+                      r"config\.json " + NOT_JSON + "Expecting property name"),
+    "empty config": ("bin", "config.json", b"", ".", ValueError,
+                     r"config\.json " + NOT_JSON + "Expecting value"),
+    "config not utf-8": ("bin", "config.json", b"\xff{}", ".", ValueError,
+                         r"config\.json " + NOT_JSON + "'utf-8' codec can't decode byte 0xff"),
+    "config a directory": ("bin", "config.json", None, ".", ValueError,
+                           r"config\.json is not a file"),
+    "broken index": ("bin", INDEX, b"{", ".", ValueError, r"index\.json " + NOT_JSON),
+    "index without weight_map": ("bin", INDEX, b"{}", ".", ValueError,
+                                 r"index\.json must hold a JSON object whose weight_map maps "
+                                 r"tensor names to shard files, got weight_map=None"),
+    "weight_map a list": ("bin", INDEX, b'{"weight_map": ["a"]}', ".", ValueError,
+                          r"weight_map=\['a'\]"),
+    "a shard not a str": ("bin", INDEX, b'{"weight_map": {"a": 3}}', ".", ValueError,
+                          r"weight_map=\{'a': 3\}"),
+    "no shard": ("bin", INDEX, b'{"weight_map": {}}', ".", ValueError, r"weight_map=\{\}"),
+    "a missing shard": ("bin", INDEX, b'{"weight_map": {"a": "nope.bin"}}', ".",
+                        FileNotFoundError, r"index\.json names the shard 'nope\.bin', which is "
+                                           r"not a file in"),
+    "a shard outside": ("bin", INDEX, b'{"weight_map": {"a": "../pytorch_model.bin"}}', ".",
+                        ValueError, r"index\.json names a shard outside"),
+    "a shard a directory": ("bin", INDEX, b'{"weight_map": {"a": "."}}', ".",
+                            FileNotFoundError, r"names the shard '\.', which is not a file"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "name", "content", "source", "error", "message"),
+                         BAD_FILES.values(), ids=BAD_FILES.keys())  # fmt: skip
+def test_a_bad_file_is_named_with_what_is_wrong(
+    tmp_path: Path, kind: str, name: str, content: Any, source: str, error: type[Exception],
+    message: str,
+) -> None:  # fmt: skip
+    """Not safetensors', torch's or json's own error, which names neither the file nor,
+    for a file that is no checkpoint, the fault (torch's blames weights_only)."""
+    directory = tmp_path / "gpt2"
+    directory.mkdir()
+    saved(directory, kind)
+    path = directory / name
+    if content is None:
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_bytes(content(path.read_bytes()) if callable(content) else content)
+    with pytest.raises(error, match=message) as info:
+        gpt2_from_hf(directory / source, n_heads=HEADS)
+    assert str(directory) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [({"n_layer": "2"}, r"config\.json's n_layer must be an int, got '2' \(str\)"),
+     ({"n_head": "4"}, r"config\.json's n_head must be an int, got '4' \(str\)")],
+)  # fmt: skip
+def test_config_json_values_of_another_type_are_named(tmp_path: Path, config: dict[str, Any],
+                                                      message: str) -> None:  # fmt: skip
+    """Not "config.json says n_layer='2', but the weights hold 2", nor n_head='4' against 4."""
+    torch.save(tiny_state(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(TypeError, match=message):
+        gpt2_from_hf(tmp_path, n_heads=HEADS)
+
+
+def test_a_bad_file_keeps_the_readers_error_as_its_cause(tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"weights\.bin is not a PyTorch checkpoint") as info:
+        gpt2_from_hf(tmp_path / "weights.bin", n_heads=HEADS)
+    assert type(info.value.__cause__).__name__ == "UnpicklingError"
+    saved(tmp_path, "bin")
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(ValueError, match=r"config\.json is not a valid JSON file") as info:
+        gpt2_from_hf(tmp_path)
+    assert isinstance(info.value.__cause__, json.JSONDecodeError)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: gpt2_from_hf(""), ValueError, r"source must be a state dict or a path, got the "
+                                               r"empty path ''"),
+        (lambda: gpt2_from_hf(tiny_state(), n_heads=HEADS, device="gpu"), ValueError,
+         r"device must be a device such as 'cpu', 'cuda' or 'cuda:0', got 'gpu'"),
+        (lambda: gpt2_from_hf(tiny_state(), n_heads=HEADS, device=1.5), TypeError,
+         r"device must be a torch\.device or a string .*, got 1\.5 \(float\)"),
+    ],
+    ids=["empty path", "unknown device", "device of another type"],
+)  # fmt: skip
+def test_gpt2_from_hf_names_a_bad_argument(call: Any, error: type[Exception],
+                                           message: str) -> None:  # fmt: skip
+    with pytest.raises(error, match=message):
+        call()
+
+
+def book_with(path: tuple[Any, ...], value: object) -> dict[str, Any]:
+    """A tied model's `params`, the entry at `path` replaced by `value`."""
+    model = GPTModel(gpt2_config(SETTINGS))
+    with torch.no_grad():
+        model.out_head.weight.copy_(model.tok_emb.weight)
+    _, params = gpt2_to_params(model)
+    tree: Any = params
+    for step in path[:-1]:
+        tree = tree[step]
+    tree[path[-1]] = value
+    return params
+
+
+def load_book(path: tuple[Any, ...], value: object) -> Any:
+    return lambda: load_weights_into_gpt(GPTModel(gpt2_config(SETTINGS)), book_with(path, value))
+
+
+BOOK_ERRORS = {
+    "settings None": (lambda: gpt2_config(None), TypeError,  # type: ignore[arg-type]
+                      r"settings must be hparams\.json's dict, got NoneType"),
+    "n_embd a str": (lambda: gpt2_config({**SETTINGS, "n_embd": "32"}), TypeError,
+                     r"settings' n_embd must be an int, got '32' \(str\)"),
+    "drop_rate a str": (lambda: gpt2_config(SETTINGS, drop_rate="0.1"), TypeError,  # type: ignore[arg-type]
+                        r"drop_rate must be a float in \[0, 1\), got '0\.1'"),
+    "a str leaf": (load_book(("g",), "abc"), TypeError,
+                   r'params\["g"\] must be an array of numbers \(NumPy or torch\), got str'),
+    "a None leaf": (load_book(("blocks", 0, "ln_1", "b"), None), TypeError,
+                    r'params\["blocks"\]\[0\]\["ln_1"\]\["b"\] must be an array of numbers'),
+    "an object array": (load_book(("g",), np.ones(WIDTH, dtype=object)), TypeError,
+                        r'params\["g"\] must be an array of numbers .*got ndarray'),
+    "blocks None": (load_book(("blocks",), None), ValueError,
+                    r'params\["blocks"\] is not a weight of this model \(2 blocks; params has '
+                    r"no list of them\)"),
+    "a hub name None": (lambda: gpt2_from_pretrained(None), TypeError,  # type: ignore[arg-type]
+                        r"name must be a Hub repository such as 'openai-community/gpt2', got "
+                        r"None"),
+    "a revision an int": (lambda: gpt2_from_pretrained(revision=3), TypeError,  # type: ignore[arg-type]
+                          r"revision must be a branch, tag or commit \(a str\), got 3"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "message"), BOOK_ERRORS.values(),
+                         ids=BOOK_ERRORS.keys())  # fmt: skip
+def test_the_books_layout_and_the_hub_name_a_bad_argument(call: Any, error: type[Exception],
+                                                          message: str) -> None:  # fmt: skip
+    with pytest.raises(error, match=message):
+        call()
+
+
 def llama_state() -> dict[str, Tensor]:
     return {"q_proj.weight": torch.randn(64, 64), "k_proj.weight": torch.randn(16, 64),
             "v_proj.weight": torch.randn(16, 64), "o_proj.weight": torch.randn(64, 64)}  # fmt: skip
@@ -516,6 +703,82 @@ def test_attention_from_llama_needs_a_config() -> None:
         attention_from_llama(llama_state(), 64)
     with pytest.raises(ValueError, match=r"missing \['num_attention_heads'\]"):
         attention_from_llama(llama_state(), {"hidden_size": 64})
+
+
+BASE = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
+        "max_position_embeddings": 32}  # fmt: skip
+
+
+def from_llama(state: Any = ..., config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    """A call of attention_from_llama: llama_state() unless `state`, BASE updated by `config`."""
+    return lambda: attention_from_llama(llama_state() if state is ... else state,
+                                        {**BASE, **(config or {})}, **kwargs)  # fmt: skip
+
+
+FLOAT64 = {**llama_state(), "v_proj.weight": torch.randn(16, 64, dtype=torch.float64)}
+ROPE_HALF = {"rope_parameters": {"rope_type": "default", "rope_theta": 0.5}}
+A_NUMBER = r"must be a finite number > 1 \(RoPE's base\), got"
+LAYER_TYPES = r"config's layer_types must be a list of strings, one per layer .*got"
+# (call, error, message): arguments and config values of the wrong kind, named: not torch's,
+# float()'s or a dict's error, nor a string taken for a number or for a truthy flag
+LLAMA_ARGUMENTS = {
+    "no state dict": (from_llama(None), TypeError,
+                      r"state_dict must be a mapping from names to tensors .*, got NoneType"),
+    "a list": (from_llama([llama_state()]), TypeError, r"state_dict must be a .*, got list"),
+    "a key not a str": (from_llama({**llama_state(), 0: torch.zeros(1)}), TypeError,
+                        r"state_dict's keys must be str \(tensor names\), got 0 \(int\)"),
+    "prefix an int": (from_llama(prefix=0), TypeError,
+                      r"prefix must be a str \(e\.g\. 'model\.layers\.0\.self_attn\.'\), got 0 "
+                      r"\(int\)"),
+    "prefix None": (from_llama(prefix=None), TypeError, r"prefix must be a str .*got None"),
+    "layer a str": (from_llama(layer="0"), TypeError, r"layer must be an int, got '0' \(str\)"),
+    "context_length a str": (from_llama(context_length="8"), TypeError,
+                             r"^context_length must be an int, got '8' \(str\)"),
+    "mixed dtypes": (from_llama(FLOAT64), TypeError,
+                     r"v_proj\.weight must have dtype torch\.float32, got torch\.float64"),
+    "rope_theta a str": (from_llama(config={"rope_theta": "abc"}), ValueError,
+                         f"config's rope_theta {A_NUMBER} 'abc'"),
+    "rope_theta a numeral": (from_llama(config={"rope_theta": "1e4"}), ValueError,
+                             f"config's rope_theta {A_NUMBER} '1e4'"),
+    "rope_theta None": (from_llama(config={"rope_theta": None}), ValueError,
+                        f"config's rope_theta {A_NUMBER} None"),
+    "rope_theta below 1": (from_llama(config=ROPE_HALF), ValueError,
+                           rf"config's rope_parameters\['rope_theta'\] {A_NUMBER} 0\.5"),
+    "rope_parameters a list": (from_llama(config={"rope_parameters": [1.0]}), TypeError,
+                               r"config's rope_parameters must be a dict .*, got \[1\.0\] "
+                               r"\(list\)"),
+    "attention_bias a str": (from_llama(config={"attention_bias": "false"}), TypeError,
+                             r"config's attention_bias must be True or False, got 'false'"),
+    "attention_dropout a str": (from_llama(config={"attention_dropout": "0.1"}), TypeError,
+                                r"config's attention_dropout must be a float in \[0, 1\), got "
+                                r"'0\.1'"),
+    "max_position_embeddings a str": (from_llama(config={"max_position_embeddings": "32"}),
+                                      TypeError, r"config's max_position_embeddings must be an "
+                                                 r"int, got '32'"),
+    "layer_types a str": (from_llama(config={"layer_types": "full_attention"}), TypeError,
+                          f"{LAYER_TYPES} 'full_attention'"),
+    "layer_types an int": (from_llama(config={"layer_types": 2}), TypeError,
+                           f"{LAYER_TYPES} 2"),
+    "head_dim 0": (from_llama(config={"head_dim": 0}), ValueError,
+                   r"head_dim must be >= 1, got 0"),
+    "key/value heads": (from_llama(config={"num_key_value_heads": 3}), ValueError,
+                        r"config's num_key_value_heads=3 must divide num_attention_heads=8"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "error", "message"), LLAMA_ARGUMENTS.values(),
+                         ids=LLAMA_ARGUMENTS.keys())  # fmt: skip
+def test_attention_from_llama_names_a_bad_argument(call: Any, error: type[Exception],
+                                                   message: str) -> None:  # fmt: skip
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_attention_from_llama_takes_none_for_a_configs_optional_values() -> None:
+    """A config.json may write null for what it leaves at the default."""
+    config = {**BASE, "attention_bias": None, "attention_dropout": None, "head_dim": None}
+    att = attention_from_llama(llama_state(), config)
+    assert att.dropout.p == 0.0 and att.W_query.bias is None and att.head_dim == 8
 
 
 @pytest.mark.parametrize(
