@@ -62,7 +62,7 @@ mask = causal_mask(6)  # (6, 6)
 _, weights_core = explicit_attention(queries, keys, values, mask)  # (6, 6)
 torch.testing.assert_close(weights_a, weights_b)
 torch.testing.assert_close(weights_b, weights_core)
-assert torch.equal(future, mask)
+assert torch.equal(future, ~mask)  # causal_mask: True where j <= i
 HTML(svg(heatmap(weights_b, EXAMPLE_TOKENS, title="causal weights")))
 
 # %% [markdown]
