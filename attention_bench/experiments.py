@@ -40,10 +40,11 @@ from attention_bench.measuring import (
 )
 from attention_bench.results import METHOD, SCHEMA_VERSION, machine
 from attention_bench.targets import check_targets
+from attention_bench.window import long_window_rows
 
 __all__ = ["EXPERIMENTS", "Config", "Recorder", "compare", "run"]
 
-EXPERIMENTS = ("gpt2", "sweep", "construct", "decode", "batched", "compile")
+EXPERIMENTS = ("gpt2", "sweep", "construct", "decode", "batched", "window", "compile")
 """Every experiment of a run, in the order it runs them."""
 
 
@@ -70,6 +71,7 @@ class Config:
     decode_tokens: tuple[int, int] = (256, 32)  # prompt, new
     batched_lengths: tuple[int, ...] = LENGTHS  # a padded batch's prompts (new: decode_tokens)
     roof_bytes: int = ROOF_BYTES  # the buffer the bandwidths are measured over
+    long_window: tuple[int, int] | None = None  # (num_tokens, window); None: the device's
     experiments: tuple[str, ...] = EXPERIMENTS  # those to run (compile also needs `compile`)
 
     @classmethod
@@ -95,6 +97,7 @@ class Config:
             decode_tokens=(16, 8),
             batched_lengths=(3, 5, 9, 20),
             roof_bytes=2**24,
+            long_window=(256, 32),
         )  # fmt: skip
 
 
@@ -435,6 +438,19 @@ def run_batched(rec: Recorder, cfg: Config) -> None:
     rec.sample_load("after padded batch")
 
 
+def run_window(rec: Recorder, cfg: Config) -> None:
+    """A long window against causal attention, one layer (bfloat16 on CUDA)."""
+    dtype = "bfloat16" if cfg.device == "cuda" else cfg.dtypes[0]
+    rows = long_window_rows(Device(cfg.device), dtype, cfg.long_window)
+    first = rows[0]
+    print(f"one layer, d 1024, 16 heads, T={first['num_tokens']}, window {first['window']}, "
+          f"{dtype}", flush=True)  # fmt: skip
+    for row in rows:
+        rec.rows.append(row)
+        print(f"  {row['impl']:<12} {1e3 * row['median_s']:9.2f} ms", flush=True)
+    rec.sample_load("after window")
+
+
 def run(cfg: Config) -> dict[str, Any]:
     """Run every experiment of `cfg`; return the results document."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -454,6 +470,8 @@ def run(cfg: Config) -> dict[str, Any]:
         run_decode(rec, cfg)
     if "batched" in cfg.experiments:
         run_batched(rec, cfg)
+    if "window" in cfg.experiments:
+        run_window(rec, cfg)
     if cfg.compile and "compile" in cfg.experiments:
         print("torch.compile, production module", flush=True)
         run_compile(rec, cfg, cfg.dtypes[0])

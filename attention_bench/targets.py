@@ -232,6 +232,20 @@ def _construction(run: _Run) -> Iterator[dict[str, Any]]:
         )
 
 
+def _long_window(run: _Run) -> Iterator[dict[str, Any]]:
+    """A long window skips the hidden work: against causal, and against its own core (CUDA)."""
+    rows = {row["impl"]: row for row in run.rows if row.get("experiment") == "window"}
+    if "flex_core" not in rows:  # FlexAttention's core is measured on CUDA only
+        return
+    window, causal = rows["window"]["median_s"], rows["causal"]["median_s"]
+    least = rows["flex_core"]["median_s"] + rows["projections"]["median_s"]
+    shape = f"T={rows['window']['num_tokens']}, window {rows['window']['window']}"
+    yield _target(f"windowed layer speedup over causal ({shape})", causal / window, 5.0,
+                  "causal layer time / windowed layer time", at_least=True)  # fmt: skip
+    yield _target(f"windowed layer vs FlexAttention's core + projections ({shape})",
+                  window / least, 1.3, "windowed layer / (flex core + 4 projections)")  # fmt: skip
+
+
 _FAMILIES: tuple[Callable[[_Run], Iterator[dict[str, Any]]], ...] = (
     _time_at_gpt2,
     _memory_at_longest,
@@ -241,5 +255,6 @@ _FAMILIES: tuple[Callable[[_Run], Iterator[dict[str, Any]]], ...] = (
     _vs_hugging_face,
     _padded_batch,
     _construction,
+    _long_window,
 )
 """Every family of targets, in the order a run records and prints them."""

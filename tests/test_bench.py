@@ -499,3 +499,18 @@ def test_the_roof_measures_reading_apart_and_a_step_outlasts_its_products() -> N
            "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
     parts = step_parts(GPTModel(cfg).eval(), prompt_tokens=16)
     assert 0 < parts["products_s"] < parts["step_s"]
+
+
+def test_the_long_window_targets_need_flexattentions_core_and_judge_ratios() -> None:
+    from attention_bench.targets import check_targets
+
+    def row(impl: str, seconds: float) -> dict[str, Any]:
+        return {"experiment": "window", "impl": impl, "num_tokens": 32768, "window": 1024,
+                "median_s": seconds}  # fmt: skip
+
+    cpu = [row("causal", 5.0), row("window", 6.0), row("projections", 0.4)]
+    assert check_targets(cpu, "float32", "float32", (128,)) == []  # no core: no target
+    cuda = [*cpu[:1], row("window", 0.9), row("projections", 0.38), row("flex_core", 0.47)]
+    speedup, vs_core = check_targets(cuda, "bfloat16", "float16", (128,))
+    assert speedup["value"] == pytest.approx(5.0 / 0.9) and speedup["met"]
+    assert vs_core["value"] == pytest.approx(0.9 / 0.85) and vs_core["met"]

@@ -14,6 +14,7 @@ the shape of the call, never a mask's name or a layer's flags:
 | one query, and it certainly sees every key it is given (decode, a ring's window) | no mask |
 | causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $B$ = `max(r, MIN_BLOCK)` queries over $\le B + r$ keys (and the anchors), each with its own mask |
 | anything else | the mask evaluated at these positions (`(T, S)`, or per row) |
+| on CUDA (`flex`), instead of the explicit path, the blocks or a mask | FlexAttention: the mask and modifiers as functions, hidden tiles skipped ([`attention.layer.flex`][attention.layer.flex]) |
 
 Without a cache, padding never reaches the table: a padded batch's rows are first
 **compacted** (each row's real tokens moved to its front, in order, so positions equal
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention.layer import flex as flex_attention
 from attention.layer.masks import Mask, evaluate, indices
 from attention.layer.score_mods import ScoreMod
 from attention.layer.sinks import with_sink
@@ -48,7 +50,7 @@ __all__ = [
 
 
 class Plan(NamedTuple):
-    """What reaches the kernel: `kind` is "explicit", "none", "is_causal", "blocked" or "mask"."""
+    """What reaches the kernel: "explicit", "none", "is_causal", "blocked", "mask" or "flex"."""
 
     kind: str
     why: str
@@ -75,7 +77,9 @@ _CAUSAL = Plan("is_causal", "queries from 0, keys 0 .. T - 1, exactly causal on 
 _RING = Plan("none", "one query that certainly sees every key the ring keeps")
 _BLOCKED = Plan("blocked", f"causal, reach r < T, from 0: blocks of max(r, {MIN_BLOCK}) queries")
 _MASK = Plan("mask", "anything else: the mask evaluated at these positions")
-PLANS = (_EXPLICIT, _EVERYTHING, _DECODE, _CAUSAL, _RING, _BLOCKED, _MASK)
+_FLEX = Plan("flex", "on CUDA, whatever would need the explicit path, blocks or a mask")
+PLANS = (_EXPLICIT, _EVERYTHING, _DECODE, _CAUSAL, _RING, _BLOCKED, _MASK, _FLEX)
+_FLEX_TAKES = ("explicit", "blocked", "mask")  # what FlexAttention takes over, where it may
 """Every decision the planner can make, in the order it tries them."""
 
 
@@ -89,6 +93,7 @@ def plan(
     per_row: bool = False,
     score_mods: Sequence[ScoreMod] = (),
     sink: bool = False,
+    flex: bool = False,
 ) -> Plan:
     """The kernel call for `num_tokens` queries at `start ...` over `num_keys` keys.
 
@@ -101,6 +106,8 @@ def plan(
         per_row: documents or padding are present (a mask per row).
         score_mods: the layer's score modifiers.
         sink: a learned sink logit (one more key, given a float mask).
+        flex: FlexAttention may take the call (CUDA, no dropout): it takes whatever SDPA
+            would need a mask, blocks or the explicit path for.
 
     Examples:
         >>> from attention.layer.masks import causal, sinks, window
@@ -110,7 +117,24 @@ def plan(
         'blocked'
         >>> plan(window(256), 1, 256, start=5000, in_order=False).kind  # decode over a ring
         'none'
+        >>> plan(causal() & window(256), 1024, 1024, flex=True).kind  # on CUDA
+        'flex'
     """
+    chosen = _sdpa_plan(rule, num_tokens, num_keys, start, in_order, per_row, score_mods, sink)
+    return _FLEX if flex and chosen.kind in _FLEX_TAKES else chosen
+
+
+def _sdpa_plan(
+    rule: Mask,
+    num_tokens: int,
+    num_keys: int,
+    start: int,
+    in_order: bool,
+    per_row: bool,
+    score_mods: Sequence[ScoreMod],
+    sink: bool,
+) -> Plan:
+    """The plan on SDPA alone (the table above, without FlexAttention)."""
     bounds, end = rule.bounds, start + num_tokens
     if score_mods and any(mod.bias is None for mod in score_mods):
         return _EXPLICIT
@@ -170,7 +194,8 @@ def fused_attention(
         dropout_p: dropout on the weights.
         scale: what $q \cdot k$ is multiplied by; None for $1 / \sqrt{d_h}$.
         sink_logits: `(h,)` a learned logit per head for "attend to nothing", or None.
-        score_mods: additive score modifiers (the caller runs the explicit path otherwise).
+        score_mods: score modifiers: additive ones (a float mask), or any where FlexAttention
+            takes the call (the caller runs the explicit path otherwise).
 
     Returns:
         `(b, h, T, d_v)`; zero where a query sees nothing (padding, say).
@@ -179,11 +204,19 @@ def fused_attention(
         options = _Options(dropout_p, scale, sink_logits, tuple(score_mods))
         return _compacted(queries, keys, values, rule, padded, q_seg, options)
     num_tokens, num_keys = queries.shape[-2], keys.shape[-2]
+    flex = queries.device.type in flex_attention.DEVICES and flex_attention.usable(
+        queries.device, dropout_p
+    )  # the device test first: no call on the CPU's decode step
     choice = "mask"
-    if q_pos is None and (k_pos is None or k_pos.ndim == 1):  # one set of positions
-        choice = plan(rule, num_tokens, num_keys, start=start, in_order=k_pos is None,
-                      per_row=q_seg is not None, score_mods=score_mods,
-                      sink=sink_logits is not None).kind  # fmt: skip
+    if q_pos is None and (k_pos is None or k_pos.ndim == 1):  # one set of positions: plan()
+        choice = _sdpa_plan(rule, num_tokens, num_keys, start, k_pos is None, q_seg is not None,
+                            score_mods, sink_logits is not None).kind  # fmt: skip
+    if flex and choice in _FLEX_TAKES:
+        choice = "flex"
+    if choice == "flex":
+        return flex_attention.attend(queries, keys, values, rule, start=start, q_pos=q_pos,
+                                     k_pos=k_pos, q_seg=q_seg, k_seg=k_seg, scale=scale,
+                                     sink_logits=sink_logits, score_mods=score_mods)  # fmt: skip
     if choice in ("none", "is_causal"):  # the kernel's own call, no mask: a decode step's
         return F.scaled_dot_product_attention(
             queries, keys, values, dropout_p=dropout_p, scale=scale,

@@ -28,6 +28,7 @@ from attention.checks import (
 from attention.derivation.causal import CausalAttention
 from attention.derivation.core import causal_mask, explicit_attention
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
+from attention.layer import flex
 from attention.layer.cache import KVCache, next_positions
 from attention.layer.fused import cross_attention, fused_attention, visible
 from attention.layer.masks import (
@@ -510,7 +511,7 @@ class MultiHeadAttention(nn.Module):
                 if k_seg is not None and seg is None:  # real tokens after padded ones
                     seg = k_seg.new_zeros(b, num_tokens)
         dropout_p = self.dropout.p if self.training else 0.0
-        if need_weights or self._explicit_only:
+        if need_weights or (self._explicit_only and not flex.usable(x.device, dropout_p)):
             q_pos = _positions(start, num_tokens, positions, x.device)
             if k_pos is None:  # the keys are the queries' own tokens, or in order from 0
                 k_pos = q_pos if own else torch.arange(keys.shape[2], device=x.device)
