@@ -199,7 +199,8 @@ def chromium(session: nox.Session) -> str:
 
 @nox.session(python=PYTHON)
 def site(session: nox.Session) -> None:
-    """Every page of the built site in headless Chromium: errors, requests, math, search, figures.
+    """Every page of the built site in headless Chromium: errors, requests, math, search, figures;
+    then the site's wheel installed in a fresh virtual environment, running an exercise.
 
     Builds site/ first if it is missing (run `nox -s docs` first to check a fresh build).
     Screenshots go to ATTENTION_SCREENSHOTS (default /tmp/attention-screenshots).
@@ -213,6 +214,11 @@ def site(session: nox.Session) -> None:
         "python", "tests/browser/check_site.py", "--site", "site", "--chromium", browser,
         *session.posargs,
     )  # fmt: skip
+    # A reader's install: a fresh venv, torch, then exercise 3's download, whose first cell
+    # installs the site's wheel (tests/browser/check_install.py; about 50 s, mostly torch).
+    index = ["--torch-index", TORCH_INDEX] if TORCH_INDEX else []
+    session.run("python", "tests/browser/check_install.py", "--site", "site", "--torch", TORCH,
+                *index)  # fmt: skip
 
 
 @nox.session(python=PYTHON)

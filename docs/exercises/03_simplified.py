@@ -17,15 +17,14 @@
 # counts rows from 0, so $x^{(i)}$ is `inputs[i - 1]`.
 
 # %%
+import matplotlib.pyplot as plt
 import torch
-from IPython.display import HTML
 
 from attention.derivation.simple import (
     EXAMPLE_TOKENS,
     example_inputs,
     simplified_self_attention,
 )
-from attention_site.plot import heatmap, svg
 
 inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
 assert inputs.shape == (6, 3)
@@ -79,9 +78,28 @@ all_weights.sum(dim=-1)  # every row of weights sums to 1
 # most, and why do "journey" and "starts" attend to each other so strongly? (Hint: compare
 # their embeddings in the first cell.)
 
+
+# %%
+# A heatmap in plain matplotlib: queries down, keys across, each weight written
+# in its cell.
+def heatmap(ax, weights, labels, title, vmin=None, vmax=None):
+    """Draw `weights` (num_queries, num_keys) on `ax`, labelled by token."""
+    values = weights.tolist()
+    image = ax.imshow(values, vmin=vmin, vmax=vmax)  # viridis: dark is low
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set(xlabel="keys", ylabel="queries", title=title)
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            ink = "white" if image.norm(value) < 0.5 else "black"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", c=ink)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+
+
 # %%
 # Solution
 for token, row in zip(EXAMPLE_TOKENS, all_weights, strict=True):
     print(f"{token:>8} attends most to {EXAMPLE_TOKENS[int(row.argmax())]!r}")
-title = "simplified attention weights A"
-HTML(svg(heatmap(all_weights, EXAMPLE_TOKENS, title=title)))
+fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
+heatmap(ax, all_weights, EXAMPLE_TOKENS, "simplified attention weights A")
+plt.show()

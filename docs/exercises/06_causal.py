@@ -13,8 +13,8 @@
 # \end{aligned}$$
 
 # %%
+import matplotlib.pyplot as plt
 import torch
-from IPython.display import HTML
 
 from attention import (
     CausalAttention,
@@ -23,7 +23,6 @@ from attention import (
     explicit_attention,
 )
 from attention.derivation.simple import EXAMPLE_TOKENS, example_inputs
-from attention_site.plot import heatmap, svg
 
 inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
@@ -37,6 +36,24 @@ batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
 # the diagonal with `-inf` (use `torch.triu(..., diagonal=1)` to build the mask yourself), then
 # softmax. Check that (a), (b) and the weights returned by
 # `explicit_attention(queries, keys, values, causal_mask(6))` all agree, and draw them.
+
+
+# %%
+# A heatmap in plain matplotlib: queries down, keys across, each weight written
+# in its cell.
+def heatmap(ax, weights, labels, title, vmin=None, vmax=None):
+    """Draw `weights` (num_queries, num_keys) on `ax`, labelled by token."""
+    values = weights.tolist()
+    image = ax.imshow(values, vmin=vmin, vmax=vmax)  # viridis: dark is low
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set(xlabel="keys", ylabel="queries", title=title)
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            ink = "white" if image.norm(value) < 0.5 else "black"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", c=ink)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+
 
 # %%
 # Solution
@@ -63,7 +80,9 @@ _, weights_core = explicit_attention(queries, keys, values, mask)  # (6, 6)
 torch.testing.assert_close(weights_a, weights_b)
 torch.testing.assert_close(weights_b, weights_core)
 assert torch.equal(future, ~mask)  # causal_mask: True where j <= i
-HTML(svg(heatmap(weights_b, EXAMPLE_TOKENS, title="causal weights")))
+fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
+heatmap(ax, weights_b, EXAMPLE_TOKENS, "causal weights")
+plt.show()
 
 # %% [markdown]
 # ## Exercise 6.2: nothing flows backwards

@@ -13,8 +13,8 @@
 # \end{aligned}$$
 
 # %%
+import matplotlib.pyplot as plt
 import torch
-from IPython.display import HTML
 from torch import nn
 
 from attention import (
@@ -24,7 +24,6 @@ from attention import (
     explicit_attention,
 )
 from attention.derivation.simple import example_inputs
-from attention_site.plot import lines, svg
 
 inputs = example_inputs()  # X: (num_tokens, d_in) = (6, 3)
 torch.manual_seed(789)
@@ -84,16 +83,13 @@ for p in ps:
 for p, kept, row_sum in zip(ps, kept_fraction, mean_row_sum, strict=True):
     assert abs(kept - (1 - p)) < 0.01 and abs(row_sum - 1) < 0.02
     print(f"p={p}: kept {kept:.3f}, mean row sum {row_sum:.3f}")
-HTML(
-    svg(
-        lines(
-            ps,
-            {"fraction kept": kept_fraction, "mean row sum": mean_row_sum},
-            xlabel="dropout probability p",
-            ylabel="value",
-        )
-    )
-)
+fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+ax.plot(ps, kept_fraction, marker="o", label="fraction kept")
+ax.plot(ps, mean_row_sum, marker="o", label="mean row sum")
+ax.set(xlabel="dropout probability p", ylabel="value")
+ax.grid(alpha=0.3)
+ax.legend()
+plt.show()
 
 # %% [markdown]
 # ## Exercise 7.3: the first token in training mode

@@ -19,9 +19,9 @@
 # \end{aligned}$$
 
 # %%
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from IPython.display import HTML
 
 from attention import MultiHeadAttention, MultiHeadAttentionWrapper
 from attention.derivation.simple import EXAMPLE_TOKENS, example_inputs
@@ -34,7 +34,6 @@ from attention.lab.training import (
     previous_and_first,
     previous_token_weight,
 )
-from attention_site.plot import heatmap, svg
 
 inputs = example_inputs()  # (num_tokens, d_in) = (6, 3)
 batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
@@ -129,6 +128,24 @@ print(
 # sums to 1 and that nothing above the diagonal is non-zero, then draw one heatmap per head
 # for the first sequence.
 
+
+# %%
+# A heatmap in plain matplotlib: queries down, keys across, each weight written
+# in its cell.
+def heatmap(ax, weights, labels, title, vmin=None, vmax=None):
+    """Draw `weights` (num_queries, num_keys) on `ax`, labelled by token."""
+    values = weights.tolist()
+    image = ax.imshow(values, vmin=vmin, vmax=vmax)  # viridis: dark is low
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set(xlabel="keys", ylabel="queries", title=title)
+    for i, row in enumerate(values):
+        for j, value in enumerate(row):
+            ink = "white" if image.norm(value) < 0.5 else "black"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", c=ink)
+    ax.figure.colorbar(image, ax=ax, shrink=0.8)
+
+
 # %%
 # Solution
 torch.manual_seed(123)
@@ -144,12 +161,10 @@ with torch.no_grad():
 assert attn_weights.shape == (2, 4, 6, 6)
 torch.testing.assert_close(attn_weights.sum(dim=-1), torch.ones(2, 4, 6))
 assert (attn_weights.triu(diagonal=1) == 0).all()
-HTML(
-    "".join(
-        svg(heatmap(attn_weights[0, i], EXAMPLE_TOKENS, title=f"head {i}"))
-        for i in range(mha.num_heads)
-    )
-)
+fig, axes = plt.subplots(2, 2, figsize=(9, 8.5), layout="constrained")
+for i, ax in enumerate(axes.flat):
+    heatmap(ax, attn_weights[0, i], EXAMPLE_TOKENS, f"head {i}")
+plt.show()
 
 # %% [markdown]
 # ## Exercise 8.4: one head for two jobs
@@ -211,7 +226,9 @@ print(
 assert fresh_loss(one) > 10 * fresh_loss(two)
 assert prev > 0.3 and first > 0.3  # it splits its weight between the two keys
 letters = token_letters(fresh[0])
-HTML(svg(heatmap(weights[0, 0], letters, title="one head", vmin=0, vmax=1)))
+fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
+heatmap(ax, weights[0, 0], letters, "one head", vmin=0, vmax=1)
+plt.show()
 
 # %% [markdown]
 # One head's softmax row sums to 1, so it splits its weight between the two keys it needs and

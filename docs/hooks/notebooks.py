@@ -10,6 +10,13 @@ question. Above each notebook's page go its downloads, all made from the one `.p
 and the `.py`. `<!-- exercises -->` in a page becomes the table of all of them. Links to
 chapters (`[title](../page.md)`) point to the page on the site, and in the downloads to
 `site_url` (mkdocs.yml) or, without one, become the bare title.
+
+Every notebook, on its page and in its downloads, opens with the install cell
+(`install_cell`): on a fresh Jupyter or Colab it installs torch (the CPU build, where there is
+none) and the site's wheel (docs/hooks/package.py builds it: its URL when the build knows the
+site's, else the file saved next to the notebook), and matplotlib for a notebook that draws.
+Where `attention` already imports, as in this build's kernel, it does nothing: the outputs on
+the site come from the checkout, never from a download.
 """
 
 from __future__ import annotations
@@ -58,16 +65,17 @@ del _torch
 _kernel: list[Any] = []  # the one kernel the notebooks share, once started
 
 
-def execute(source: str, target: str) -> None:
-    """Run the notebook `source` in the notebooks' kernel (over local IPC sockets), reset to a
-    fresh kernel's state first; save it, outputs included, to `target`. Runs in a worker
-    thread: the kernel does the work."""
+def execute(source: str, target: str, install: str) -> None:
+    """Run the notebook `source`, opened by the code cell `install`, in the notebooks' kernel
+    (over local IPC sockets), reset to a fresh kernel's state first; save it, outputs
+    included, to `target`. Runs in a worker thread: the kernel does the work."""
     import jupytext
     import nbformat
     from nbclient import NotebookClient
 
     start = time.perf_counter()
-    notebook = jupytext.read(source)
+    notebook = jupytext.reads(with_install_cell(Path(source).read_text("utf-8"), install),
+                              fmt="py:percent")  # fmt: skip
     for cell in notebook.cells:  # rendered with the class celltag_solution: see fold_solutions
         if is_solution(cell):
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), "solution"]
@@ -144,7 +152,8 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     for file in notebooks:
         target = out / Path(file.src_uri).with_suffix(".ipynb")  # exercises/NN.ipynb
         target.parent.mkdir(exist_ok=True)
-        _jobs[file.src_uri] = pool.submit(execute, str(file.abs_src_path), str(target))
+        install = install_cell(_package(config), draws=_draws(Path(str(file.abs_src_path))))
+        _jobs[file.src_uri] = pool.submit(execute, str(file.abs_src_path), str(target), install)
         file.abs_src_path = str(target)  # mkdocs-jupyter renders this one
     # Pages are read in this order: the chapters first, while the notebooks run.
     return Files([f for f in files if f not in notebooks] + notebooks)
@@ -174,6 +183,94 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     return markdown.replace("<!-- exercises -->", exercise_table(Path(config["docs_dir"])))
 
 
+INSTALL = """\
+# Installs what this notebook needs where it is missing (a fresh Jupyter,
+# Colab): torch first (its CPU build, where there is no torch), then what
+# `wanted` names. Where all of it imports, as while the site was built, it
+# does nothing.
+import subprocess
+import sys
+from importlib import invalidate_caches
+from importlib.util import find_spec
+
+{wheel}
+wanted = {wanted}
+missing = [pkg for name, pkg in wanted.items() if not find_spec(name)]
+if missing:
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    if not find_spec("torch"):
+        cpu = "https://download.pytorch.org/whl/cpu"
+        subprocess.run([*pip, "torch", "--index-url", cpu], check=True)
+    subprocess.run([*pip, *missing], check=True)
+    invalidate_caches()"""
+
+
+def install_cell(package: dict[str, str | None], draws: bool = False) -> str:
+    """The notebooks' first code cell: installs torch, the wheel `package` names (from
+    `package["wheel_url"]`, else the file next to the notebook) and, for a notebook that
+    `draws`, matplotlib; each only where it does not import.
+
+    >>> package = {"wheel": "p-1-py3-none-any.whl", "wheel_url": "https://x.org/dist/p.whl"}
+    >>> print(install_cell(package, draws=True).split("\\n\\n")[1])
+    WHEEL = "https://x.org/dist/p.whl"
+    wanted = {"attention": WHEEL, "matplotlib": "matplotlib"}
+    missing = [pkg for name, pkg in wanted.items() if not find_spec(name)]
+    if missing:
+        pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+        if not find_spec("torch"):
+            cpu = "https://download.pytorch.org/whl/cpu"
+            subprocess.run([*pip, "torch", "--index-url", cpu], check=True)
+        subprocess.run([*pip, *missing], check=True)
+        invalidate_caches()
+    """
+    url, name = package.get("wheel_url"), package["wheel"]
+    if url:
+        site, _, file = url.rpartition("/dist/")
+        wheel = f'SITE = "{site}/"\nWHEEL = SITE + "dist/{file}"'
+        if len(url) + len("WHEEL = ") + 2 <= 79:  # fits the notebook's column on one line
+            wheel = f'WHEEL = "{url}"'
+    else:
+        wheel = ('# the wheel from this site\'s "Run it yourself" page, saved next to this\n'
+                 f'# notebook (on Colab: uploaded to its Files)\nWHEEL = "{name}"')  # fmt: skip
+    wanted = '{"attention": WHEEL, "matplotlib": "matplotlib"}' if draws else '{"attention": WHEEL}'
+    return INSTALL.format(wheel=wheel, wanted=wanted)
+
+
+def _draws(source: Path) -> bool:
+    """Does the notebook draw (import matplotlib)? Its install cell installs matplotlib too."""
+    return bool(re.search(r"^(import|from) matplotlib", source.read_text("utf-8"), re.MULTILINE))
+
+
+def _package(config: MkDocsConfig) -> dict[str, str | None]:
+    """What docs/hooks/package.py says about the wheel (`config.extra["package"]`)."""
+    package = config.extra.get("package")
+    if not isinstance(package, dict):
+        raise PluginError("no config.extra['package']: list docs/hooks/package.py in mkdocs.yml's "
+                          "hooks, before docs/hooks/notebooks.py")  # fmt: skip
+    return package
+
+
+def with_install_cell(text: str, install: str) -> str:
+    """A jupytext percent notebook `text` with the code cell `install` before its first code
+    cell (after its title).
+
+    >>> print(with_install_cell("# %% [markdown]\\n# # Title\\n\\n# %%\\nx = 1\\n", "import x"))
+    # %% [markdown]
+    # # Title
+    <BLANKLINE>
+    # %%
+    import x
+    <BLANKLINE>
+    # %%
+    x = 1
+    <BLANKLINE>
+    """
+    first = re.search(r"^# %%$", text, re.MULTILINE)
+    if first is None:
+        raise PluginError("a notebook without a code cell: nothing to install for")
+    return f"{text[: first.start()]}# %%\n{install}\n\n{text[first.start() :]}"
+
+
 def offline_links(text: str, site_url: str | None) -> str:
     """Chapter links `[title](../page.md)` for a downloaded notebook, where a relative link leads
     nowhere: to the page under `site_url` if there is one, else the title alone, in italics."""
@@ -187,12 +284,13 @@ def offline_links(text: str, site_url: str | None) -> str:
     return _CHAPTER_LINK.sub(replace, text)
 
 
-def write_downloads(source: Path, target: Path, site_url: str | None) -> None:
+def write_downloads(source: Path, target: Path, site_url: str | None, install: str) -> None:
     """`source`'s downloads in `target`: the `.py`, its `.ipynb`, and `NAME_no_solutions.ipynb`
-    (each solution cell's code replaced by `# your code here`); no outputs."""
+    (each solution cell's code replaced by `# your code here`), each opened by the code cell
+    `install`; no outputs."""
     import jupytext
 
-    text = offline_links(source.read_text(encoding="utf-8"), site_url)
+    text = with_install_cell(offline_links(source.read_text(encoding="utf-8"), site_url), install)
     (target / source.name).write_text(text, encoding="utf-8")
     notebook = jupytext.reads(text, fmt="py:percent")
     jupytext.write(notebook, target / f"{source.stem}.ipynb")
@@ -237,7 +335,8 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     source = Path(config["docs_dir"]) / page.file.src_uri
     target = Path(page.file.abs_dest_path).parent
     target.mkdir(parents=True, exist_ok=True)
-    write_downloads(source, target, config.get("site_url"))
+    install = install_cell(_package(config), draws=_draws(source))
+    write_downloads(source, target, config.get("site_url"), install)
     stem, blank = source.stem, f"{source.stem}_no_solutions.ipynb"
     links = (
         f'<p class="notebook-downloads">Download this exercise: <a href="{blank}" download>'

@@ -1,4 +1,4 @@
-"""The docs build hooks (docs/hooks/build.py): console transcripts, build stamp, exercises."""
+"""The docs build hooks (docs/hooks/*.py): console transcripts, build stamp, exercises, wheel."""
 
 from __future__ import annotations
 
@@ -101,22 +101,123 @@ def test_solution_cells_are_folded_with_their_output() -> None:
     assert notebooks.fold_solutions(question) == question
 
 
+WHEEL = "literate_attention-0.1.0-py3-none-any.whl"
+
+
 def test_downloads_without_solutions_and_with_links_that_work_offline(tmp_path: Path) -> None:
     import jupytext
 
     source = ROOT / "docs/exercises/06_causal.py"
-    notebooks.write_downloads(source, tmp_path, site_url=None)
+    install = notebooks.install_cell({"wheel": WHEEL, "wheel_url": None}, draws=True)
+    notebooks.write_downloads(source, tmp_path, site_url=None, install=install)
     full = jupytext.read(tmp_path / "06_causal.ipynb")
     blank = jupytext.read(tmp_path / "06_causal_no_solutions.ipynb")
     solutions = [i for i, cell in enumerate(full.cells) if notebooks.is_solution(cell)]
     assert len(solutions) == 3 and len(blank.cells) == len(full.cells)
     for i, (cell, stub) in enumerate(zip(full.cells, blank.cells, strict=True)):
         assert stub.source == ("# your code here" if i in solutions else cell.source)
+    code = [cell.source for cell in full.cells if cell.cell_type == "code"]
+    assert code[0] == install and full.cells[0].cell_type == "markdown"  # after the title
     text = (tmp_path / "06_causal.py").read_text(encoding="utf-8")
     assert "](../" not in text and "# Chapter 6: *Causal attention*." in text
-    notebooks.write_downloads(source, tmp_path, site_url="https://example.org/attention/")
+    assert jupytext.reads(text, fmt="py:percent").cells[1].source == install
+    notebooks.write_downloads(source, tmp_path, "https://example.org/attention/", install)
     text = (tmp_path / "06_causal.py").read_text(encoding="utf-8")
     assert "[Causal attention](https://example.org/attention/causal/)" in text
+
+
+def run_install_cell(
+    cell: str, monkeypatch: pytest.MonkeyPatch, absent: set[str]
+) -> list[list[str]]:
+    """Execute an install cell with the modules `absent` missing; the commands it ran."""
+    import importlib.util
+    import subprocess
+
+    monkeypatch.undo()  # the real find_spec, not a previous call's
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n: None if n in absent else real(n))
+    ran: list[list[str]] = []
+    monkeypatch.setattr(subprocess, "run", lambda command, check: ran.append(command))
+    exec(cell, {})
+    return ran
+
+
+def test_the_install_cell_installs_what_is_missing_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where everything imports (this build's kernel) it runs nothing; on a fresh machine it
+    installs torch from the CPU index first, then the wheel (and matplotlib where asked)."""
+    import sys
+
+    url = f"https://someone.github.io/attention/dist/{WHEEL}"
+    cell = notebooks.install_cell({"wheel": WHEEL, "wheel_url": url}, draws=True)
+    assert max(len(line) for line in cell.splitlines()) <= 79  # the notebooks' column
+    assert f'WHEEL = SITE + "dist/{WHEEL}"' in cell
+    assert run_install_cell(cell, monkeypatch, absent=set()) == []
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    fresh = run_install_cell(cell, monkeypatch, absent={"attention", "matplotlib", "torch"})
+    cpu = "https://download.pytorch.org/whl/cpu"
+    assert fresh == [[*pip, "torch", "--index-url", cpu], [*pip, url, "matplotlib"]]
+    plain = notebooks.install_cell({"wheel": WHEEL, "wheel_url": None})
+    assert f'WHEEL = "{WHEEL}"' in plain  # no site URL: the file saved next to the notebook
+    assert run_install_cell(plain, monkeypatch, absent={"attention"}) == [[*pip, WHEEL]]
+
+
+def test_the_exercises_import_only_what_their_install_cell_installs() -> None:
+    """A reader's notebook has torch, the wheel (`attention`), matplotlib and the standard
+    library: not `attention_site` (the site's tooling, not in the wheel), not IPython."""
+    import ast
+    import sys
+
+    allowed = {"torch", "attention", "matplotlib", *sys.stdlib_module_names}
+    wrong = []
+    for path in sorted((ROOT / "docs/exercises").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            wrong += [f"{path.name}: {n}" for n in names if n.split(".")[0] not in allowed]
+    assert wrong == []
+
+
+def test_the_package_hook_names_the_wheel_and_knows_only_what_it_is_told() -> None:
+    import doctest
+
+    from docs.hooks import package
+
+    assert doctest.testmod(package).failed == 0
+    assert doctest.testmod(notebooks).failed == 0
+    assert package.distribution_names(ROOT / "pyproject.toml")[0] == WHEEL
+    unknown = package.Package(WHEEL, "x.tar.gz")
+    sizes = {WHEEL: 577_874, "x.tar.gz": 555_855}
+    text = package.install_text(unknown, sizes)
+    assert f"pip install ./{WHEEL}" in text and f"(dist/{WHEEL}) (578 kB)" in text
+    assert "http" not in text + package.source_text(unknown)  # no address it was not given
+    known = package.Package(WHEEL, "x.tar.gz", "https://a.github.io/b/", "https://github.com/a/b")
+    assert f"pip install \\\n  https://a.github.io/b/dist/{WHEEL}\n" in package.install_text(
+        known, sizes
+    )
+    assert "[github.com/a/b](https://github.com/a/b)" in package.source_text(known)
+    assert package.repository_url("https://example.org/r/", {}) == "https://example.org/r"
+
+
+def test_a_wheel_with_anything_but_the_library_fails_the_build(tmp_path: Path) -> None:
+    import zipfile
+
+    from mkdocs.exceptions import PluginError
+
+    from docs.hooks import package
+
+    wheel = tmp_path / WHEEL
+    names = ["attention/__init__.py", "attention_bench/__init__.py", "x-0.1.0.dist-info/RECORD"]
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name in names:
+            archive.writestr(name, "x = 1\n")
+    assert package.check_wheel(wheel) == {top.split("/")[0]: (1, 6) for top in names}
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("attention_site/plot.py", "")
+    with pytest.raises(PluginError, match=r"it holds \['attention', 'attention_bench', "
+                                          r"'attention_site'"):  # fmt: skip
+        package.check_wheel(wheel)
 
 
 @pytest.mark.parametrize(
