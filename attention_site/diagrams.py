@@ -341,10 +341,42 @@ def mask_grid(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
     return board.done(f"mask {_shape(mask)} · α = softmax(ω / √d_k + M), and e^(−∞) = 0")
 
 
+def _outline(board: _Board, x: float, y: float, w: float, h: float) -> None:
+    """A thick frame, top left corner at `(x, y)`: the cells one token's numbers fill."""
+    from matplotlib.patches import Rectangle
+
+    board.ax.add_patch(Rectangle((x, y - h), w, h, fill=False, ec=_INK, lw=1.8, zorder=3))
+
+
+def _split_grids(board: _Board, top: float, size: tuple[int, int, int], k: int,
+                 xs: tuple[float, float, float]) -> None:  # fmt: skip
+    """The three grids of `split_heads` (`size` = tokens, heads, columns drawn; `xs` their left
+    edges), with token `k` outlined in each and a line per head from the view to the transpose."""
+    rows, heads, cols = size
+    (x_a, x_b, x_c), c, gap = xs, 0.1, 0.07  # a cell; the gap between tokens in the view
+    board.cells(x_a, top, rows, heads * cols, lambda i, j: _HEADS[j // cols], c)  # (T, d_out)
+    _outline(board, x_a, top - k * c, heads * cols * c, c)
+    for t in range(rows):  # the view: token t's d_out numbers as h rows of d_h
+        y = top - t * (heads * c + gap)
+        board.cells(x_b, y, heads, cols, lambda i, j: _HEADS[i], c)
+        board.text(x_b - 0.06, y - heads * c / 2, f"token {t}", size=7.5, ha="right")
+        board.text(x_a - 0.06, top - (t + 0.5) * c, str(t), size=7.5, ha="right")
+    _outline(board, x_b, top - k * (heads * c + gap), cols * c, heads * c)
+    for head in range(heads):  # the transpose: row `head` of every token's block
+        y = top - head * (rows * c + 0.14)
+        board.cells(x_c, y, rows, cols, _HEADS[head], c)
+        board.text(x_c + cols * c + 0.08, y - rows * c / 2, f"head {head}", ha="left", size=8.5)
+        _outline(board, x_c, y - k * c, cols * c, c)
+        source = (x_b + cols * c, top - k * (heads * c + gap) - (head + 0.5) * c)
+        board.ax.plot([source[0], x_c], [source[1], y - (k + 0.5) * c], color=_HEADS[head],
+                      lw=0.9)  # fmt: skip
+
+
 def split_heads(mha: MultiHeadAttention, x: Tensor) -> Figure:
     r"""Queries cut into heads (`view`), heads moved before tokens (`transpose`), and back.
 
-    Runs `mha` on `x`; draws one sequence, a cell per number (where they fit) coloured by head.
+    Runs `mha` on `x`; draws one sequence, a cell per number (where they fit) coloured by head,
+    and follows one token's numbers (outlined) through the `view` and the `transpose`.
 
     Args:
         mha: a [`MultiHeadAttention`][attention.layer.multihead.MultiHeadAttention].
@@ -358,8 +390,8 @@ def split_heads(mha: MultiHeadAttention, x: Tensor) -> Figure:
         >>> from attention import MultiHeadAttention
         >>> mha = MultiHeadAttention(3, 12, context_length=6, dropout=0.0, num_heads=3)
         >>> texts = [t.get_text() for t in split_heads(mha, torch.ones(2, 6, 3)).axes[0].texts]
-        >>> ".view(b, T, h, d_h)\n(2, 6, 3, 4)" in texts, "head 2" in texts
-        (True, True)
+        >>> ".view(b, T, h, d_h)\n(2, 6, 3, 4)" in texts, "head 2" in texts, "token 5" in texts
+        (True, True, True)
     """
     if not isinstance(mha, MultiHeadAttention):
         raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
@@ -372,27 +404,26 @@ def split_heads(mha: MultiHeadAttention, x: Tensor) -> Figure:
         joined = context.transpose(1, 2)  # (b, T, h, d_h)
         merged = joined.reshape(*joined.shape[:2], -1)  # (b, T, d_out)
     b, T, h, d_h = viewed.shape
-    rows, heads, cols, c = min(T, 6), min(h, 4), min(d_h, 4), 0.09
-    w_a = heads * cols * c
-    x_b = 0.25 + w_a + 0.6
-    x_c = x_b + w_a + (heads - 1) * 0.08 + 0.6
-    board = _Board(max(5.0, x_c + cols * c + 0.75), 4.55, "splitting d_out into heads, and back")
-    top, mid, step = 3.75, 3.75 - rows * c / 2, rows * c + 0.12
-    board.cells(0.25, top, rows, heads * cols, lambda i, j: _HEADS[j // cols], c)
-    for head in range(heads):  # the view: the same rows, d_out read as h groups of d_h
-        board.cells(x_b + head * (cols * c + 0.08), top, rows, cols, _HEADS[head], c)
-        board.cells(x_c, top - head * step, rows, cols, _HEADS[head], c)  # the transpose
-        board.text(x_c + cols * c + 0.08, top - head * step - rows * c / 2, f"head {head}",
-                   ha="left", size=8.5)  # fmt: skip
-    for x0, text, t in ((0.25, "Q = W_query(x)", queries), (x_b, ".view(b, T, h, d_h)", viewed),
-                        (x_c, ".transpose(1, 2)", split)):  # fmt: skip
+    rows, heads, cols = min(T, 6), min(h, 4), min(d_h, 4)
+    k = min(1, rows - 1)  # the token followed through both steps
+    grids = max(rows * (heads * 0.1 + 0.07), heads * (rows * 0.1 + 0.14))  # the tallest
+    top = max(1.85 + grids, 3.3 + rows * 0.1)  # room for the grids, and for the notes under Q
+    x_a = 0.5
+    x_b = x_a + heads * cols * 0.1 + 0.95
+    x_c = x_b + cols * 0.1 + 0.9
+    board = _Board(max(5.0, x_c + cols * 0.1 + 0.75), top + 0.8,
+                   "splitting d_out into heads, and back")  # fmt: skip
+    _split_grids(board, top, (rows, heads, cols), k, (x_a, x_b, x_c))
+    for x0, text, t in ((x_a - 0.25, "Q = W_query(x)", queries), (x_b - 0.5, ".view(b, T, h, "
+                        "d_h)", viewed), (x_c - 0.1, ".transpose(1, 2)", split)):  # fmt: skip
         board.text(x0, top + 0.08, f"{text}\n{_shape(t)}", ha="left", va="bottom")
-    board.arrow((0.3 + w_a, mid), (x_b - 0.1, mid))
-    board.arrow((x_c - 0.55, mid), (x_c - 0.1, mid))
-    notes = ("view: cuts d_out into h × d_h,\nno number moves",
-             "transpose: heads before tokens,\neach head holds all T tokens")  # fmt: skip
+    board.arrow((x_a + heads * cols * 0.1 + 0.08, top - 0.3), (x_b - 0.55, top - 0.3))
+    notes = (f"view: each token's d_out\nnumbers re-read as {h} rows\nof d_h; no number moves",
+             "transpose: row i of every\ntoken's block goes to head i,\n"
+             f"which holds all {T} tokens", f"outlined: token {k}'s numbers")  # fmt: skip
     for n, note in enumerate(notes):
-        board.text(0.25, top - rows * c - 0.35 - 0.5 * n, note, size=8.5, ha="left", style="italic")
+        board.text(0.25, top - rows * 0.1 - 0.3 - 0.62 * n, note, size=8.5, ha="left",
+                   va="top", style="italic")  # fmt: skip
     board.text(0.05, 1.4, f"after attention (weights {_shape(weights)}), joining:", ha="left")
     board.chain(0.05, 0.85, [f"α V per head\n{_shape(context)}", f"transpose(1, 2)\n"
                              f"{_shape(joined)}", f"reshape\n{_shape(merged)}",

@@ -4,8 +4,8 @@
 # Chapter 4: [Queries, keys and values](../qkv.md). Every output below was computed while
 # the site was built; download the notebook (link above) to run and change it yourself.
 #
-# Self-attention with trainable weights projects each embedding three ways and attends with
-# the scaled dot product:
+# Self-attention with trainable weight matrices projects each embedding three ways and
+# attends with the scaled dot product:
 #
 # $$\begin{aligned}
 #   Q &= X W_q, \quad K = X W_k, \quad V = X W_v, \\
@@ -55,7 +55,7 @@ context_vecs
 # %% [markdown]
 # ## Exercise 4.2: the transplant, the other way round
 #
-# The chapter copies V2's weights into V1. Do the opposite: build `sa_v1` after
+# The chapter copies V2's weight matrices into V1. Do the opposite: build `sa_v1` after
 # `torch.manual_seed(123)` and a fresh `sa_v2`, then copy V1's three matrices into V2's
 # linear layers so that both modules return the same context vectors.
 
@@ -78,8 +78,8 @@ sa_v2(inputs)
 #
 # With three `nn.Linear` layers (no bias), project the inputs to queries and keys of width
 # $d_k = 2$ and to values of width $d_v = 4$, and attend with
-# `attention.derivation.core.explicit_attention`. Check the shapes, then show that the attention
-# *weights* do not depend on the value projection at all: re-initialise `W_value` and
+# `attention.derivation.core.explicit_attention`. Check the shapes, then show that the
+# *attention weights* do not depend on the value projection at all: re-initialise `W_value` and
 # compare.
 
 # %%
@@ -93,7 +93,7 @@ W_value = nn.Linear(d_in, d_v, bias=False)
 with torch.no_grad():
     queries, keys = W_query(inputs), W_key(inputs)  # (6, 2) each
     values = W_value(inputs)  # (6, 4)
-    # Z: (6, 4), A: (6, 6)
+    # Z: (6, 4), alpha: (6, 6)
     z, weights = explicit_attention(queries, keys, values)
     W_value.reset_parameters()  # new values, same queries and keys
     new_values = W_value(inputs)  # (6, 4)

@@ -31,8 +31,8 @@ batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
 # ## Exercise 6.1: two ways to mask, one result
 #
 # After `torch.manual_seed(789)`, build `SelfAttentionV2(d_in=3, d_out=2)` and compute its
-# queries, keys and values. Compute the causal weights twice: (a) softmax first, then multiply
-# by `torch.tril(torch.ones(6, 6))` and renormalise each row; (b) fill the scaled scores above
+# queries, keys and values. Compute the causal attention weights twice: (a) softmax first,
+# then multiply by `torch.tril(torch.ones(6, 6))` and renormalise each row; (b) fill the scaled scores above
 # the diagonal with `-inf` (use `torch.triu(..., diagonal=1)` to build the mask yourself), then
 # softmax. Check that (a), (b) and the weights returned by
 # `explicit_attention(queries, keys, values, causal_mask(6))` all agree, and draw them.

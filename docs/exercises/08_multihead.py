@@ -43,8 +43,8 @@ batch = torch.stack((inputs, inputs), dim=0)  # (2, 6, 3)
 #
 # Build `MultiHeadAttentionWrapper(d_in=3, d_out=2, context_length=6, dropout=0.0,
 # num_heads=3)` (seed 123). How wide is its output? Build the `MultiHeadAttention` that computes
-# the same thing **without** `from_wrapper`: choose its `d_out`, copy the heads' weights into
-# its `W_query`, `W_key`, `W_value` and make `out_proj` the identity. Check your module against
+# the same thing **without** `from_wrapper`: choose its `d_out`, copy the heads' weight
+# matrices into its `W_query`, `W_key`, `W_value` and make `out_proj` the identity. Check your module against
 # the wrapper and against `MultiHeadAttention.from_wrapper`.
 
 # %%
@@ -124,7 +124,7 @@ print(
 # ## Exercise 8.3: look at every head
 #
 # Build `MultiHeadAttention(d_in=3, d_out=8, context_length=6, dropout=0.0, num_heads=4)`
-# (seed 123) and get its weights with `need_weights=True`. Check their shape, that every row
+# (seed 123) and get its attention weights with `need_weights=True`. Check their shape, that every row
 # sums to 1 and that nothing above the diagonal is non-zero, then draw one heatmap per head
 # for the first sequence.
 

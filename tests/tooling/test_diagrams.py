@@ -143,9 +143,19 @@ def test_split_heads_reads_the_module(
     assert f"out_proj\n({batch}, {num_tokens}, {d_out})" in labels
     assert f"reshape\n({batch}, {num_tokens}, {d_out})" in labels
     assert "head 1" in labels
+    drawn_tokens = min(num_tokens, 6)
+    assert [f"token {t}" in labels for t in range(7)] == [t < drawn_tokens for t in range(7)]
+    assert "outlined: token 1's numbers" in labels  # followed through view and transpose
     schematic = num_tokens > 6 or num_heads > 4 or d_h > 4
     assert labels[-1].endswith(" · grid schematic") == schematic
     assert f"h = {num_heads} heads · d_h = {d_h}" in labels[-1]
+
+
+def test_split_heads_joins_the_followed_token_to_its_row_in_every_head() -> None:
+    fig = diagrams.split_heads(mha(3, 16, 4), torch.randn(1, 3, 3))  # 4 heads of 4, 3 tokens
+    assert len(fig.axes[0].lines) == 4  # one line per head, from the view to the transpose
+    one = diagrams.split_heads(mha(3, 4, 2), torch.randn(1, 1, 3))  # a single token: token 0
+    assert "outlined: token 0's numbers" in texts(one)
 
 
 def test_split_heads_with_grouped_keys_and_values() -> None:
