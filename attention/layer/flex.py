@@ -149,8 +149,9 @@ def block_mask(
         _BLOCK_MASKS.move_to_end(key)
         return kept[1]
     mod = _mask_mod(rule, _lookup(q_pos, start), _lookup(k_pos, 0), q_seg, k_seg)
-    made = _flex().create_block_mask(mod, batch, heads, num_tokens, num_keys, device=device,
-                                     _compile=device.type == "cuda")  # long: not T x S at once
+    made = _flex().create_block_mask(
+        mod, batch, heads, num_tokens, num_keys, device=device, _compile=device.type == "cuda"
+    )  # long: not T x S at once
     _BLOCK_MASKS[key] = (tuple(weakref.ref(t) for t in tensors), made)
     while len(_BLOCK_MASKS) > KEEP:
         _BLOCK_MASKS.popitem(last=False)
