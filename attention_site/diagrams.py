@@ -140,11 +140,11 @@ class _Board:
                 self.ax.add_patch(Rectangle(corner, cell, cell, fc=colour, ec=_INK, lw=0.4))
 
     def legend(self, x: float, y: float, items: Sequence[tuple[Any, str]], dx: float = 0.0,
-               dy: float = -0.4) -> None:  # fmt: skip
+               dy: float = -0.4, size: float = 8.5) -> None:  # fmt: skip
         """A small swatch and its label per `(colour, label)`, each `(dx, dy)` after the last."""
         for n, (face, label) in enumerate(items):
             self.cells(x + n * dx, y + n * dy + 0.1, 1, 1, face, 0.2)
-            self.text(x + n * dx + 0.28, y + n * dy, label, ha="left", size=8.5)
+            self.text(x + n * dx + 0.28, y + n * dy, label, ha="left", size=size)
 
     def plus(self, x: float, y: float) -> Patch:
         """A circled "+" centred on `(x, y)`: where a branch adds into the residual stream."""
@@ -181,9 +181,9 @@ class _Board:
             )
             self.ax.plot(xs, ys, color=_INK, lw=0.3, alpha=0.45)
 
-    def done(self, note: str) -> Figure:
+    def done(self, note: str, size: float = 9) -> Figure:
         """The figure, with `note` (what the sizes are) along its bottom edge."""
-        self.text(0.05, 0.12, note, size=9, ha="left")
+        self.text(0.05, 0.12, note, size=size, ha="left")
         return self.fig
 
 
@@ -647,17 +647,22 @@ def _pair_angles(x: Tensor, pair: int, num_positions: int, base: float) -> list[
     return torch.atan2(turned[:, pair + head_dim // 2], turned[:, pair]).tolist()
 
 
+_ROPE_TEXT = 10.5
+"""The font size of `rope_rotation`'s labels. The figure is about a phone's width, so a phone
+shows it at nearly its own size: labels of 13 px or more."""
+
+
 def _rope_panel(board: _Board, centre: _Point, angles: list[float], heading: str) -> None:
     """One pair's plane: the vector at each position, its tip labelled with the position."""
     board.dial(centre, 0.55)
-    board.text(centre[0], centre[1] + 1.05, heading)
+    board.text(centre[0], centre[1] + 1.05, heading, size=_ROPE_TEXT)
     last: _Point | None = None
     for m, angle in enumerate(angles):
         alpha = 0.35 + 0.65 * m / max(1, len(angles) - 1)
         board.ray(centre, angle, 0.55, (*_SEEN[:3], alpha))
-        spot = (centre[0] + 0.7 * math.cos(angle), centre[1] + 0.7 * math.sin(angle))
-        if last is None or math.dist(spot, last) > 0.17 or m == len(angles) - 1:
-            board.text(*spot, str(m), size=9)
+        spot = (centre[0] + 0.72 * math.cos(angle), centre[1] + 0.72 * math.sin(angle))
+        if last is None or math.dist(spot, last) > 0.2 or m == len(angles) - 1:
+            board.text(*spot, str(m), size=_ROPE_TEXT)
             last = spot
 
 
@@ -665,12 +670,13 @@ def rope_rotation(head_dim: int = 8, num_positions: int = 6, base: float = 10000
                   slow_pair: int = 1) -> Figure:  # fmt: skip
     r"""RoPE as turning pairs: one vector at positions $0, 1, \dots$, and why only $m - n$ counts.
 
-    Left: pair 0 of a vector, placed at positions $0 \dots$ `num_positions - 1` by
+    Top left: pair 0 of a vector, placed at positions $0 \dots$ `num_positions - 1` by
     [`apply_rope`][attention.layer.positions.apply_rope], turns by $\theta_0 = 1$ radian per token;
-    middle: pair `slow_pair`, by $\theta_i = \text{base}^{-2i/d_h}$ (from
-    [`rope_frequencies`][attention.layer.positions.rope_frequencies]). Right: a query at $m$ and
+    top right: pair `slow_pair`, by $\theta_i = \text{base}^{-2i/d_h}$ (from
+    [`rope_frequencies`][attention.layer.positions.rope_frequencies]). Below: a query at $m$ and
     a key at $n$ in pair 0, for $(m, n) = (1, 0)$ and $(4, 3)$: both turned, the angle between them
-    (and so their score) the same, since it depends on $m - n$ only.
+    (and so their score) the same, since it depends on $m - n$ only. A phone's width
+    (`attention_site.plot.PHONE`), so that a phone shows its labels at their size.
 
     Args:
         head_dim: $d_h$, even, at least 4.
@@ -697,37 +703,41 @@ def rope_rotation(head_dim: int = 8, num_positions: int = 6, base: float = 10000
     if not 1 <= check_size("slow_pair", slow_pair) < head_dim // 2:
         raise ValueError(f"slow_pair must be 1 to {head_dim // 2 - 1} (head_dim={head_dim} has "
                          f"{head_dim // 2} pairs), got {slow_pair}")  # fmt: skip
-    board = _Board(4.9, 3.05, "RoPE: each pair of dimensions turns with the position")
+    board = _Board(3.8, 4.45, "RoPE: each pair turns with the position")
     unit = torch.zeros(head_dim, dtype=torch.float64)
     unit[0] = unit[slow_pair] = 1.0  # pair i: dimensions (i, i + d_h / 2)
-    for pair, x, speed in ((0, 0.8, "fast"), (slow_pair, 2.45, "slow")):
+    for pair, x, speed in ((0, 0.9, "fast"), (slow_pair, 2.9, "slow")):
         heading = f"pair {pair}, {speed}:\nθ{_sub(pair)} = {theta[pair]:.3g} rad per token"
-        _rope_panel(board, (x, 1.5), _pair_angles(unit, pair, num_positions, base), heading)
-    _offset_panel(board, (4.1, 1.5), head_dim, base)
-    return board.done(f"d_h = {head_dim}: {head_dim // 2} pairs, θᵢ = {base:g}^(−2i/{head_dim}) · "
-                      "numbers: the positions")  # fmt: skip
+        _rope_panel(board, (x, 3.15), _pair_angles(unit, pair, num_positions, base), heading)
+    _offset_panel(board, (0.9, 1.3), head_dim, base)
+    return board.done(f"d_h = {head_dim}: {head_dim // 2} pairs, θᵢ = {base:g}^(−2i/{head_dim})\n"
+                      "numbers: the positions", size=_ROPE_TEXT)  # fmt: skip
 
 
 def _offset_panel(board: _Board, centre: _Point, head_dim: int, base: float) -> None:
-    """Pair 0 of a query at m and a key at n, for two (m, n) one token apart: the same angle."""
+    """Pair 0 of a query at m and a key at n, for two (m, n) one token apart: the same angle;
+    the heading and the legend to the right of the plane."""
     from matplotlib.patches import Arc
 
     q, k = torch.zeros(head_dim, dtype=torch.float64), torch.zeros(head_dim, dtype=torch.float64)
     q[0], q[head_dim // 2], k[0] = math.cos(0.5), math.sin(0.5), 1.0  # q 0.5 rad ahead of k
     q_at, k_at = _pair_angles(q, 0, 5, base), _pair_angles(k, 0, 5, base)
     board.dial(centre, 0.55)
-    board.text(centre[0], centre[1] + 1.05, "pair 0, q at m, k at n:\nsame m − n, same angle")
+    right = centre[0] + 0.95
+    board.text(right, centre[1] + 0.5, "pair 0, q at m, k at n:\nsame m − n, same angle",
+               size=_ROPE_TEXT, ha="left")  # fmt: skip
     legend = []
     for (m, n), colour in (((1, 0), _HEADS[1]), ((4, 3), _HEADS[2])):
         for name, angle in ((f"q{_sub(m)}", q_at[m]), (f"k{_sub(n)}", k_at[n])):
             board.ray(centre, angle, 0.55, colour)
-            board.text(centre[0] + 0.7 * math.cos(angle), centre[1] + 0.7 * math.sin(angle), name)
+            board.text(centre[0] + 0.74 * math.cos(angle), centre[1] + 0.74 * math.sin(angle), name,
+                       size=_ROPE_TEXT)  # fmt: skip
         between = (q_at[m] - k_at[n]) % math.tau
         start = math.degrees(k_at[n])
         board.ax.add_patch(Arc(centre, 0.5, 0.5, theta1=start, theta2=start + math.degrees(between),
                                color=colour, lw=1.4))  # fmt: skip
         legend.append((colour, f"m = {m}, n = {n}: {between:.2f} rad"))
-    board.legend(centre[0] - 0.8, centre[1] - 0.95, legend, dy=-0.24)
+    board.legend(right, centre[1] - 0.15, legend, dy=-0.32, size=_ROPE_TEXT)
 
 
 def _gqa_row(board: _Board, top: float, num_heads: int, num_kv_heads: int, head_dim: int) -> None:

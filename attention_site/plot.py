@@ -51,6 +51,18 @@ MAX_CELLS_SIDE = 24
 PHONE = 3.8
 """A figure's width in inches that a phone shows unscaled (about 365 CSS px of its 390)."""
 
+_SLANTED_KEYS = 8
+"""Above this many columns, a heatmap drawn as one image (a phone's width) writes its column
+labels upright: slanted at 45 degrees, each would run into the next."""
+
+_PHONE_PX = 358
+"""The CSS px a phone's column gives a figure (390 px, less the page's margins)."""
+
+_VALUE_PX = 9.0
+"""The smallest size, in CSS px, at which a heatmap writes the weights in its cells on a phone:
+where they would come out smaller, the page hides them there (`attn-value-small`, in
+docs/stylesheets/extra.css), and the colours and the tooltips carry the values."""
+
 _INK = "#010203"
 """Stand-in colour for text, spines and ticks; `svg` rewrites it to `currentColor`."""
 
@@ -175,7 +187,6 @@ def heatmap(
         (1, ['0', '4', '8'])
     """
     from matplotlib.colors import Normalize
-    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     rows = _to_matrix(weights)
@@ -202,20 +213,15 @@ def heatmap(
         cmap = matplotlib.colormaps["viridis"]
         if image:
             return _image(rows, (query_labels, key_labels), (norm, cmap), title, ax)
-        if ax is None:
-            cell = 0.62  # inches per cell: token labels and two decimals stay readable
-            width = min(11.0, max(4.2, 1.9 + cell * num_keys))
-            height = min(10.0, max(3.4, 1.4 + cell * num_queries))
-            fig = Figure(figsize=(width, height), layout="constrained")
-            ax = fig.add_subplot()
-        else:
-            fig = ax.get_figure()  # type: ignore[assignment]
+        fig, ax, values = _cells_figure(ax, num_queries, num_keys)
         cross: dict[str, Any] = {"fill": False, "hatch": "x", "linewidth": 2}
         tooltips = _draw_cells(ax, fig, rows, crossed, (query_labels, key_labels), (norm, cmap),
-                               marked_label, cross)  # fmt: skip
+                               (marked_label, values), cross)  # fmt: skip
         setattr(fig, _TOOLTIPS_ATTR, tooltips)
         ax.set_aspect("equal")
         _matrix_axes(ax, (num_queries, num_keys), (query_labels, key_labels), title=title)
+        if values[0] >= 12:  # a figure of its own, large cells: the tokens as large as the values
+            ax.tick_params(labelsize=12)
         if crossed is not None:
             handle = Patch(edgecolor=_INK, label=marked_label, **cross)
             ax.legend(handles=[handle], loc="lower left", bbox_to_anchor=(0, 1), borderaxespad=0.2)
@@ -249,8 +255,46 @@ def _image(
     ax.imshow(np.ma.masked_invalid(rows), cmap=masked, norm=norm, interpolation="nearest")
     _matrix_axes(ax, shape, labels, title=title, every=every)  # type: ignore[arg-type]
     ax.tick_params(length=3)
+    if every[1] == 1 and shape[1] > _SLANTED_KEYS:  # a column is narrower than a slanted label
+        ax.tick_params(axis="x", labelrotation=90, labelsize=11 if shape[1] <= 12 else 9)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("center")
     fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, shrink=0.8)
     return fig
+
+
+def _cells_figure(
+    ax: Axes | None, num_queries: int, num_keys: int
+) -> tuple[Figure, Axes, tuple[float, str]]:
+    """The figure and axes of a heatmap of one cell per weight, and its values' font size and
+    group id (`_value_style`): a figure of its own sized to
+    the cells, or the caller's axes, whose values keep the 9 pt they always had."""
+    from matplotlib.figure import Figure
+
+    if ax is not None:
+        return ax.get_figure(), ax, (9.0, "attn-value")  # type: ignore[return-value]
+    cell = 0.62  # inches per cell: token labels and two decimals stay readable
+    width = min(11.0, max(4.2, 1.9 + cell * num_keys))
+    height = min(10.0, max(3.4, 1.4 + cell * num_queries))
+    fig = Figure(figsize=(width, height), layout="constrained")
+    cell = min(cell, (width - 1.9) / num_keys, (height - 1.4) / num_queries)
+    return fig, fig.add_subplot(), _value_style(width, cell)
+
+
+def _value_style(width: float, cell: float) -> tuple[float, str]:
+    """The font size of the weights written in a heatmap's cells of `cell` inches, in a figure
+    `width` inches wide, and their group id: `attn-value-small` where a phone, which scales the
+    figure down to its column, would show them under `_VALUE_PX`.
+
+    Examples:
+        >>> _value_style(5.62, 0.62)  # 6 tokens a side: 10 px on a phone
+        (12.0, 'attn-value')
+        >>> _value_style(11.0, 0.57)  # 16 a side: 5 px on a phone, hidden there
+        (11.1, 'attn-value-small')
+    """
+    size = round(min(12.0, 0.27 * 72 * cell), 1)  # "0.00" fills two thirds of the cell
+    on_phone = size * min(4 / 3, _PHONE_PX / (72 * width))  # CSS px: 1 pt = 4/3 px, scaled
+    return size, "attn-value" if on_phone >= _VALUE_PX else "attn-value-small"
 
 
 def _draw_cells(
@@ -260,11 +304,13 @@ def _draw_cells(
     crossed: list[list[float]] | None,
     labels: tuple[Sequence[str], Sequence[str]],
     colours: tuple[Any, Any],
-    marked_label: str,
+    legend_values: tuple[str, tuple[float, str]],
     cross: dict[str, Any],
 ) -> dict[str, str]:
-    """One coloured cell per weight, its value written in it, its tooltip; crossed if marked."""
+    """One coloured cell per weight, its value written in it (at `legend_values`' font size, in
+    a group of its id), its tooltip; crossed if marked (named as `legend_values` says)."""
     (query_labels, key_labels), (norm, cmap) = labels, colours
+    marked_label, (value_size, value_gid) = legend_values
     num_queries, num_keys = len(rows), len(rows[0])
     tooltips: dict[str, str] = getattr(fig, _TOOLTIPS_ATTR, {})
     annotate = num_queries <= 16 and num_keys <= 16
@@ -285,7 +331,8 @@ def _draw_cells(
         if annotate:
             ax.text(
                 j, i, f"{value:.2f}" if ok else ("-inf" if value < 0 else str(value)),
-                ha="center", va="center", fontsize=9, color=contrast if ok else _INK,
+                ha="center", va="center", fontsize=value_size, color=contrast if ok else _INK,
+                gid=f"{value_gid}-{next(_cell_ids)}",
             )  # fmt: skip
     return tooltips
 

@@ -1,7 +1,8 @@
 """MkDocs hooks: what no plugin does for this site (listed under `hooks:` in mkdocs.yml).
 
 - a footer on every page stating what computed its outputs (`attention` and torch versions,
-  the devices, the date), or, on a page that runs no code, what built it;
+  the devices, the date), or, on a page that runs no code, what built it; a page that also
+  shows stored results (front matter `stored:`, what they are) has them named as the exception;
 - `<!-- pycon: README.md#quickstart -->`: the README's quickstart run like a console session
   (every `>>>` line echoes its value, which markdown-exec's `pycon` does not do); an example
   that raises fails the build, while whether the typed outputs still hold is pytest's call;
@@ -43,9 +44,10 @@ _EXECUTED = re.compile(r"^ *```\w+ [^\n]*\bexec=\"(?:1|true|on)\"", re.MULTILINE
 _STAMPS: dict[bool, str] = {}  # does the page compute anything? -> its footer
 
 
-def build_stamp(computed: bool = True) -> str:
+def build_stamp(computed: bool = True, stored: str | None = None) -> str:
     """One line for the footer: what computed every output on the page (or built a page that
-    `computed` nothing: no executed block, no console transcript, no notebook)."""
+    `computed` nothing: no executed block, no console transcript, no notebook), except what
+    `stored` names: outputs the page reads from files made before the build."""
     import torch
 
     import attention
@@ -69,10 +71,11 @@ def build_stamp(computed: bool = True) -> str:
         if computed
         else ("This page runs no code; the site was built")
     )
+    but = f", except {stored}" if stored and computed else ""
     return (
         f'<span class="build-stamp">{what} on {now:%Y-%m-%d}, by <code>attention</code> '
         f"{attention.__version__} with torch {torch.__version__} on {devices} (Python "
-        f"{sys.version_info.major}.{sys.version_info.minor}).</span>"
+        f"{sys.version_info.major}.{sys.version_info.minor}){but}.</span>"
     )
 
 
@@ -83,7 +86,11 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
 
 
 def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
-    config["copyright"] = _STAMPS[page.meta.get("computed", True)]  # the footer reads it
+    stored = page.meta.get("stored")
+    if stored:  # the page names what it did not compute: a stamp of its own
+        config["copyright"] = build_stamp(page.meta.get("computed", True), str(stored))
+    else:
+        config["copyright"] = _STAMPS[page.meta.get("computed", True)]  # the footer reads it
     return context
 
 

@@ -284,3 +284,23 @@ def test_a_notebook_output_showing_an_address_fails_the_build() -> None:
     cell.outputs.append(nbformat.v4.new_output("execute_result", {"text/plain": shown}))
     with pytest.raises(PluginError, match=r"bad\.py: a cell shows <torch\._C\.Generator at 0x"):
         notebooks._check_outputs(notebook, "bad.py")
+
+
+def test_footer_names_what_a_page_shows_but_did_not_compute(
+    hooks: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Performance page reads stored benchmark runs: its footer says so, and only its."""
+    from types import SimpleNamespace
+
+    config: dict[str, str] = {}
+    hooks.on_config(config)
+    stored = "the stored runs' tables, read from committed files"
+    page = SimpleNamespace(meta={}, file=SimpleNamespace(src_uri="performance.md"))
+    hooks.on_page_markdown('---\n```python exec="1"\nprint(1)\n```\n', page, config, None)
+    page.meta["stored"] = stored
+    hooks.on_page_context({}, page, config, None)
+    assert "Every output on this page was computed" in config["copyright"]
+    assert config["copyright"].endswith(f", except {stored}.</span>")
+    other = SimpleNamespace(meta={"computed": True}, file=SimpleNamespace(src_uri="causal.md"))
+    hooks.on_page_context({}, other, config, None)
+    assert "except" not in config["copyright"]

@@ -274,3 +274,28 @@ def test_lines_can_count_on_x_and_start_y_at_zero() -> None:
 def test_bars_write_whole_numbers_whole() -> None:
     labels = texts(svg(bars(["GPT-2", "Llama"], [36.0, 512.0], ylabel="KiB")))
     assert {"36", "512"} <= set(labels) and "512.00" not in labels
+
+
+def test_heatmap_values_are_sized_to_the_cell_and_marked_where_a_phone_shrinks_them() -> None:
+    """Cells of 0.62 inch carry 12 pt values, shown on a phone; a 16 x 16 figure is wider than
+    a phone shows unscaled, so its values are grouped as `attn-value-small` (hidden there by
+    the page's CSS); in a caller's axes the values keep 9 pt."""
+    out = svg(heatmap(example_weights(), EXAMPLE_TOKENS))
+    assert len(re.findall(r'<g id="f\d+-attn-value-\d+">', out)) == 36
+    assert "attn-value-small" not in out and "font-size: 12px" in out
+    big = svg(heatmap(torch.eye(16), [str(i) for i in range(16)]))
+    assert len(re.findall(r'<g id="f\d+-attn-value-small-\d+">', big)) == 256
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    heatmap(example_weights(), EXAMPLE_TOKENS, ax=fig.add_subplot())
+    assert {t.get_fontsize() for t in fig.axes[0].texts} == {9.0}
+
+
+def test_a_heatmap_image_writes_many_column_labels_upright() -> None:
+    """Slanted, the labels of 12 columns a phone's width apart would run into each other."""
+    labels = [f"h{i} x" for i in range(12)]
+    fig = heatmap(torch.eye(12), labels, image=True)
+    assert {t.get_rotation() for t in fig.axes[0].get_xticklabels()} == {90.0}
+    few = heatmap(torch.eye(6), labels[:6], image=True)
+    assert {t.get_rotation() for t in few.axes[0].get_xticklabels()} == {45.0}
