@@ -215,7 +215,8 @@ def site(session: nox.Session) -> None:
         *session.posargs,
     )  # fmt: skip
     # A reader's install: a fresh venv, torch, then exercise 3's download, whose first cell
-    # installs the site's wheel (tests/browser/check_install.py; about 50 s, mostly torch).
+    # installs the site's wheel (tests/browser/check_install.py): 51 s on the 2-core machine,
+    # 2-3 minutes while it was loaded; most of it installing torch and deleting it again.
     index = ["--torch-index", TORCH_INDEX] if TORCH_INDEX else []
     session.run("python", "tests/browser/check_install.py", "--site", "site", "--torch", TORCH,
                 *index)  # fmt: skip

@@ -161,10 +161,10 @@ with torch.no_grad():
 assert attn_weights.shape == (2, 4, 6, 6)
 torch.testing.assert_close(attn_weights.sum(dim=-1), torch.ones(2, 4, 6))
 assert (attn_weights.triu(diagonal=1) == 0).all()
-fig, axes = plt.subplots(2, 2, figsize=(9, 8.5), layout="constrained")
-for i, ax in enumerate(axes.flat):
+for i in range(mha.num_heads):  # one figure each: readable on a phone too
+    fig, ax = plt.subplots(figsize=(5, 4), layout="constrained")
     heatmap(ax, attn_weights[0, i], EXAMPLE_TOKENS, f"head {i}")
-plt.show()
+    plt.show()
 
 # %% [markdown]
 # ## Exercise 8.4: one head for two jobs
