@@ -71,6 +71,8 @@ __all__ = [
     "export_model",
     "published",
     "reference",
+    "repeat_accuracy",
+    "showcase",
 ]
 
 TOLERANCE = 1e-4
@@ -283,6 +285,84 @@ def check_cases(
     return cases
 
 
+def _reads_the_copy(model: GPTModel, idx: Tensor, layer: int, head: int) -> bool:
+    """At the last token of `idx` `(1, T)`: the head's largest weight is on a key that followed
+    an earlier copy of that token, and the model predicts that key's token, with a
+    probability of at least 1/2."""
+    with torch.no_grad():
+        probabilities = model(idx)[0, -1].softmax(-1)  # (V,)
+    weights = model_weights(model, idx)[layer, 0, head, -1]  # (T,): the last query's row
+    key, ids = int(weights.argmax()), idx[0].tolist()
+    if not (0 < key < len(ids) and ids[key - 1] == ids[-1]):
+        return False
+    return int(probabilities.argmax()) == ids[key] and float(probabilities.max()) >= 0.5
+
+
+def showcase(model: GPTModel, candidates: Mapping[str, Tensor], layer: int, head: int) -> str:
+    """The first candidate on which one head visibly does induction: the sequence to open on.
+
+    The explorer pins the last token of a sequence. On the candidate returned, the head's
+    largest weight from that token is on the token that followed an earlier copy of it, and
+    the model predicts that token (with a probability of at least 1/2), so what the reader
+    sees first is the mechanism working.
+
+    Args:
+        model: a `GPTModel` in eval mode.
+        candidates: named `(1, num_tokens)` sequences, tried in order.
+        layer: the head's layer.
+        head: the head.
+
+    Returns:
+        The first such candidate's name.
+
+    Raises:
+        ValueError: no candidate works (the message says how many were tried), or `layer` or
+            `head` is not the model's.
+    """
+    if layer >= len(model.blocks) or head >= model.blocks[0].att.num_heads:
+        raise ValueError(f"layer {layer}, head {head} is not a head of the model")
+    for name, idx in candidates.items():
+        if _reads_the_copy(model, idx, layer, head):
+            return name
+    raise ValueError(f"layer {layer}, head {head} reads the copy and the model predicts it on "
+                     f"none of the {len(candidates)} candidates")  # fmt: skip
+
+
+def repeat_accuracy(
+    model: GPTModel, lengths: Sequence[int], vocab_size: int, count: int = 100, seed: int = 0
+) -> dict[int, float]:
+    """How often the model continues a repeat as the explorer's reader sees it, by its length.
+
+    For each length `n`: `count` sequences of `n` random tokens typed twice (`2n` tokens, as
+    the explorer's Repeat button makes them); the share after which the model's top prediction
+    is the first token again (the token that followed the earlier copy of the last one).
+
+    Args:
+        model: a `GPTModel` in eval mode, with a context of at least `2 * max(lengths)`.
+        lengths: the typed lengths `n` to try, each at least 1.
+        vocab_size: tokens are drawn from `0 .. vocab_size - 1`.
+        count: sequences per length.
+        seed: seeds the draws.
+
+    Returns:
+        `{n: share}`, each share in `[0, 1]`.
+    """
+    check_size("count", count)
+    check_size("vocab_size", vocab_size, minimum=2)
+    g = torch.Generator().manual_seed(seed)
+    shares = {}
+    for n in lengths:
+        check_size("lengths", n)
+        if 2 * n > model.context_length:
+            raise ValueError(f"lengths: {n} typed twice is longer than the context, "
+                             f"{model.context_length}")  # fmt: skip
+        typed = torch.randint(vocab_size, (count, n), generator=g)  # (count, n)
+        with torch.no_grad():
+            last = model(torch.cat([typed, typed], dim=1))[:, -1]  # (count, V)
+        shares[n] = float((last.argmax(-1) == typed[:, 0]).float().mean())
+    return shares
+
+
 @dataclass
 class Published:
     """One explorer's weights file, waiting for the site's build to write and check it."""
@@ -299,6 +379,28 @@ class Published:
 _PUBLISHED: list[Published] = []
 
 
+def _options(model: GPTModel, view: object, repeat: object, max_tokens: object) -> int:
+    """Check `explorer_html`'s `view`, `repeat` and `max_tokens`; return the longest sequence."""
+    limit = check_size("max_tokens", model.context_length if max_tokens is None else max_tokens)
+    if limit > model.context_length:
+        raise ValueError(f"max_tokens must be at most the context, {model.context_length}, "
+                         f"got {limit}")  # fmt: skip
+    layers, heads = len(model.blocks), model.blocks[0].att.num_heads
+    if (not isinstance(view, tuple) or len(view) != 2
+            or not all(type(v) is int for v in view)
+            or not (0 <= view[0] < layers and 0 <= view[1] < heads)):  # fmt: skip
+        raise ValueError(f"view must be a (layer, head) pair of the model's, layer < {layers} "
+                         f"and head < {heads}, got {view!r}")  # fmt: skip
+    if repeat is not None and (
+        not isinstance(repeat, tuple) or len(repeat) != 2
+        or not all(type(v) is int for v in repeat)
+        or not 1 <= repeat[0] <= repeat[1] or 2 * repeat[1] > limit
+    ):  # fmt: skip
+        raise ValueError(f"repeat must be (shortest, longest) with 1 <= shortest <= longest "
+                         f"and twice longest <= {limit} tokens, got {repeat!r}")  # fmt: skip
+    return limit
+
+
 def published() -> list[Published]:
     """The files `explorer_html` asked the build to write (the build hook empties the list)."""
     return _PUBLISHED
@@ -311,6 +413,9 @@ def explorer_html(
     *,
     name: str = "model",
     label: str = "Attention explorer",
+    view: tuple[int, int] = (0, 0),
+    repeat: tuple[int, int] | None = None,
+    max_tokens: int | None = None,
 ) -> str:
     """The explorer's element for a page; the model's weights go to a file beside the page.
 
@@ -321,31 +426,41 @@ def explorer_html(
             shown first); the build also checks the browser on them.
         name: the weights file's name, before its hash: `explorer/{name}-{hash}.bin`.
         label: the explorer's accessible name.
+        view: the `(layer, head)` shown first.
+        repeat: `(shortest, longest)`: the explorer offers to repeat what the reader typed,
+            for a sequence of `shortest` to `longest` tokens only (the periods the model
+            learned to repeat); None, no such button.
+        max_tokens: the longest sequence the explorer takes (the length the model was
+            trained on, say); default the model's context.
 
     Returns:
         A `<div class="attention-explorer" data-attention-explorer>` holding the JSON of
-        `export_model`'s meta (the weights file's path in `model`) and the presets, and the
-        text shown where the script does not run.
+        `export_model`'s meta (the weights file's path in `model`), the presets and the
+        options above, and the text shown where the script does not run.
 
     Raises:
-        ValueError: no presets, a preset not `(1, num_tokens)` ids that fit the context, or a
-            model in training mode.
+        ValueError: no presets, a preset not `(1, num_tokens)` ids that fit `max_tokens`, a
+            model in training mode, a `view` the model does not have, or a `repeat` range
+            whose repeat does not fit `max_tokens`.
     """
     if not presets:
         raise ValueError("presets must hold at least one named sequence, got none")
     if not isinstance(model, GPTModel) or model.training:
         raise ValueError("model must be a GPTModel in eval mode (model.eval())")
+    limit = _options(model, view, repeat, max_tokens)
     for key, idx in presets.items():
         check_ids(idx, f"presets[{key!r}]", model.vocab_size)
-        if idx.ndim != 2 or idx.shape[0] != 1 or not 1 <= idx.shape[1] <= model.context_length:
+        if idx.ndim != 2 or idx.shape[0] != 1 or not 1 <= idx.shape[1] <= limit:
             raise ValueError(f"presets[{key!r}] must be (1, num_tokens) with num_tokens <= "
-                             f"{model.context_length}, got {tuple(idx.shape)}")  # fmt: skip
+                             f"{limit}, got {tuple(idx.shape)}")  # fmt: skip
     meta, blob = export_model(model, vocab)
     path = f"explorer/{name}-{hashlib.sha256(blob).hexdigest()[:12]}.bin"
     _PUBLISHED.append(Published(path, blob, meta, model, check_cases(model, presets)))
     data = {
         **meta, "model": path, "masks": list(MASKS), "defaults": asdict(Settings()),
         "presets": [{"name": k, "ids": v[0].tolist()} for k, v in presets.items()],
+        "view": {"layer": view[0], "head": view[1]}, "max_tokens": limit,
+        "repeat": None if repeat is None else list(repeat),
     }  # fmt: skip
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     for char, escaped in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e")):

@@ -7,6 +7,9 @@
   two heads that learn to read the previous and the first token.
 - [`attention.lab.seq2seq`][attention.lab.seq2seq]: chapter 14, cross-attention: a
   transformer encoder-decoder on chapter 1's copy task.
+- [`attention.lab.english`][attention.lab.english]: chapter 15's trained model: a
+  character-level GPT that learns English from the Python documentation's topics in seconds
+  (chapter 16 explores its heads).
 - [`attention.lab.heads`][attention.lab.heads]: chapter 16, what trained heads do: every
   head's scores and weights, previous-token and induction scores, a small GPT trained to form
   them.

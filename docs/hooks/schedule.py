@@ -1,8 +1,9 @@
 """MkDocs hook: what runs where during the build, on a machine with few cores.
 
-- The longest trainings run in a worker process. Three pages train models while they build
-  (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer, and
-  chapter 16's induction model): about 25 s on one core, most of the pages' own work. At the
+- The longest trainings run in a worker process. Four pages train models while they build
+  (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer,
+  chapter 15's character model of English, whose heads chapter 16 explores, and chapter 16's
+  induction model): about 37 s on one core, most of the pages' own work. At the
   start of the build `attention_site.runs.prefetch` starts each in the worker; each page's
   `attention_site.runs.once(...)` call waits for its run instead of doing it again, and gets what
   the same call computes in-process (the runs are seeded and train on one thread). A run no
@@ -36,6 +37,7 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
     """Each page that asks for a prefetched run, and the runs (function, arguments) it asks for,
     in the order the worker does them: the first page built needs the first run."""
     from attention.lab.copy_task import run_experiment
+    from attention.lab.english import train_english
     from attention.lab.heads import train_induction
     from attention.lab.seq2seq import transformer_experiment
 
@@ -45,7 +47,12 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
             (run_experiment, {"seed": 0}),
             (transformer_experiment, {"seed": 0}),
         ],
-        "heads.md": [(train_induction, {"seed": 0, "context_length": 64})],
+        # its own blocks come first (GPT-2's shape, about 8 s), then it waits for the model
+        "generation.md": [(train_english, {"seed": 0})],
+        "heads.md": [
+            (train_induction, {"seed": 0, "context_length": 64}),
+            (train_english, {"seed": 0}),
+        ],
     }
 
 

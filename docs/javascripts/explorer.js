@@ -8,11 +8,18 @@
  * it: the token strip, one head's T x T weights, every head's previous-token and induction
  * scores, and the next-token prediction. Layers, heads and tokens are numbered from 0.
  *
+ * The page also says what the model can do, as explorer_html measured it: the head shown first
+ * ("view"), the longest sequence ("max_tokens", what the model was trained on) and, for a model
+ * that learned to continue repeats, the typed lengths the Repeat button takes ("repeat"); with
+ * it, the prediction panel says where the query's token occurred before and whether the mask
+ * hides that copy.
+ *
  * The explorer's state is mirrored in data attributes of the root element for
  * tests/browser/check_site.py: data-tokens (the ids, comma-separated), data-layer, data-head,
  * data-mask, data-temperature, data-ablate ("layer,head;..." knocked out), data-query, data-key,
  * data-prediction (the top next-token id after the query: intact, and with the knocked-out
- * heads) and data-probability (the intact top token's probability, intact and knocked out).
+ * heads), data-probability (the intact top token's probability, intact and knocked out) and
+ * data-copies ("earlier copies of the query's token, how many of them the mask hides").
  *
  * Speed: every control must redraw in well under 50 ms at 4x CPU throttling (the site check
  * measures it). The heatmap is one <canvas>; a forward runs only when the sequence, the mask,
@@ -70,12 +77,18 @@
     const data = JSON.parse(root.querySelector("script.attention-explorer__data").textContent);
     const AM = window.attentionModel;
     const id = `ax-${++counter}`;
-    const { n_layers: L, n_heads: H, vocab, context_length: maxT } = data;
+    const { n_layers: L, n_heads: H, vocab, context_length: context } = data;
+    // the longest sequence it takes (what the model was trained on), the head shown first,
+    // and the typed lengths Repeat takes (the periods the model learned to repeat), or null
+    const maxT = data.max_tokens || context;
+    const view = data.view || { layer: 0, head: 0 };
+    const range = data.repeat || null;
     // the heatmap's side in cells for any shorter sequence (the longest preset's length):
     // a new sequence up to it moves nothing on the page
     const SIDE = Math.max(...data.presets.map((p) => p.ids.length));
     const state = {
-      ids: data.presets[0].ids.slice(), unknown: [], layer: 0, head: 0, ...data.defaults,
+      ids: data.presets[0].ids.slice(), unknown: [], layer: view.layer, head: view.head,
+      ...data.defaults,
       pinned: null, query: null, key: null,
     };
     let model = null, run = null, intact = null, T = 0;
@@ -85,8 +98,8 @@
     const preset = options(make("select"), data.presets.map((p, k) => [String(k), p.name]));
     const picker = options(make("select"), [["", "add a token\u2026"],
       ...vocab.map((s, k) => [String(k), spaced(s)]).sort((a, b) => a[1].localeCompare(b[1]))]);
-    const repeat = make("button", { type: "button", class: "md-button ax-button" },
-      "Repeat what I typed");
+    const repeat = make("button", { type: "button", class: "md-button ax-button",
+      "aria-describedby": `${id}-range` }, "Repeat what I typed");
     const layerSel = options(make("select"),
       Array.from({ length: L }, (_, l) => [String(l), `layer ${l}`]));
     const headSel = options(make("select"),
@@ -102,7 +115,13 @@
     sequenceRow.append(
       control(`${id}-text`, "Your sequence (type, or start from one below)", input, "ax-wide"),
       control(`${id}-preset`, "Start from", preset), control(`${id}-add`, "Add a token", picker),
-      repeat);
+      ...(range ? [repeat] : []));
+    // what the model was trained on, said where the reader types
+    const limits = make("p", { class: "ax-hint", id: `${id}-range` }, range
+      ? `The model learned to continue repeats of ${range[0]} to ${range[1]} tokens, in ` +
+        `sequences of ${maxT}: Repeat takes ${range[0]} to ${range[1]} tokens, and a sequence ` +
+        `keeps its first ${maxT}.`
+      : `A sequence keeps its first ${maxT} tokens, the model's context.`);
     const tempBox = control(`${id}-temperature`, "Temperature \u03c4", temp, "ax-temperature");
     tempBox.append(tempValue);
     const windowBox = control(`${id}-window`, "window w", windowIn, "ax-number");
@@ -159,7 +178,7 @@
     const prediction = make("div", { class: "ax-prediction", "aria-live": "polite" });
     panels.append(scores, prediction);
     root.querySelector(".attention-explorer__fallback")?.remove();
-    root.append(sequenceRow, notice, viewRow, hint, strip, caption, figure, panels);
+    root.append(sequenceRow, limits, notice, viewRow, hint, strip, caption, figure, panels);
 
     const plot = make("div", { class: "ax-plot", role: "img" });
     plot.style.cssText = "display: block; position: relative; contain: strict;"; // sized below
@@ -235,23 +254,27 @@
       }
       return widths.get(key);
     };
+    // a vocabulary of single characters: a label is one character, which fits a smaller cell
+    const narrow = vocab.every((s) => trimmed(s).length === 1);
     function layout() {
-      // The geometry follows from the width alone (a label takes at most 6 em): the box keeps
-      // its size and place from one sequence to the next, and only the labels' text changes.
+      // The geometry follows from the width alone (a label takes at most 6 em, one character
+      // 2 em): the box keeps its size and place from one sequence to the next, and only the
+      // labels' text changes.
       const N = Math.max(T, SIDE), gap = 4; // one box for every sequence up to SIDE tokens
-      let cell = Math.floor((columnWidth - 6 * 11 - gap - 2) / N);
-      const words = cell >= 12;
+      const em = narrow ? 2 : 6;
+      let cell = Math.floor((columnWidth - em * 11 - gap - 2) / N);
+      const words = cell >= (narrow ? 8 : 12);
       let font = 11, left;
       if (words) {
         cell = Math.min(22, cell);
-        font = Math.min(12, Math.max(10, cell - 6));
-        left = 6 * font + gap;
+        font = Math.min(12, Math.max(narrow ? 8 : 10, cell - (narrow ? 1 : 6)));
+        left = em * font + gap;
       } else {
         left = textWidth(String(N - 1), font) + gap + 2;
         cell = Math.max(6, Math.floor((columnWidth - left - 2) / N));
       }
       const every = words ? 1 : Math.ceil((font + 3) / cell);
-      const top = 14 + (words ? 4.5 * font : font) + gap;
+      const top = 14 + (words && !narrow ? 4.5 * font : font) + gap;
       const size = cell * T, box = cell * N;
       geometry = { cell, left, top, size, box };
       const key = [words, cell, font, left, top].join("|");
@@ -264,11 +287,14 @@
       const fixed = "position: absolute; overflow: hidden; text-overflow: ellipsis; white-space: pre;";
       colLabels.forEach((el, k) => {
         setText(el, words ? trimmed(label(k)) : String(k));
-        place(el, fixed + (words || k % every === 0 ? "" : "display: none;") + (words
+        place(el, fixed + (words || k % every === 0 ? "" : "display: none;") + (words && !narrow
           ? `left: ${left + k * cell}px; width: ${cell}px; top: 14px; height: ${top - 14 - gap}px;` +
             "writing-mode: vertical-rl; transform: rotate(180deg); text-align: left;"
-          : `left: ${left + k * cell + cell / 2 - 12}px; width: 24px; top: ${top - gap - font}px;` +
-            `height: ${font}px; text-align: center;`));
+          : words // one character, upright
+            ? `left: ${left + k * cell}px; width: ${cell}px; top: 14px; height: ${font}px;` +
+              "text-align: center; text-overflow: clip;"
+            : `left: ${left + k * cell + cell / 2 - 12}px; width: 24px; top: ${top - gap - font}px;` +
+              `height: ${font}px; text-align: center;`));
       });
       rowLabels.forEach((el, k) => {
         setText(el, words ? trimmed(label(k)) : String(k));
@@ -280,10 +306,11 @@
         width: `${Math.ceil(left + box + 2)}px`, height: `${Math.ceil(top + box + 2)}px`,
         fontSize: `${font}px`, lineHeight: "1",
       });
-      const clear = words ? left : Math.max(left, 70); // beside "queries", not over it
+      const tall = words && !narrow; // the titles beside tall column labels, else above
+      const clear = tall ? left : Math.max(left, 70); // beside "queries", not over it
       Object.assign(keysTitle.style, { left: `${clear}px`, top: "0px", fontSize: "11px" });
       Object.assign(queriesTitle.style, {
-        left: "0px", top: words ? `${top - 14}px` : "0px", fontSize: "11px", whiteSpace: "nowrap",
+        left: "0px", top: tall ? `${top - 14}px` : "0px", fontSize: "11px", whiteSpace: "nowrap",
       });
       const dpr = window.devicePixelRatio || 1;
       for (const c of [cellsCanvas, canvas]) {
@@ -392,7 +419,46 @@
       return { box, title, items };
     });
     const copyNote = make("p", { class: "ax-top-note" });
+    copyNote.hidden = !range; // where the token occurred before: for a model that copies
     prediction.append(lists[0].box, lists[1].box, copyNote);
+
+    /* Where query i's token occurred before, what followed it, and whether the mask lets the
+       query find it: the key after the copy must be visible to the query, and the copy to
+       that key (a head of layer 0 writes into each token the token before it). */
+    const copyWarning = make("strong");
+    function drawCopies(i) {
+      const copies = []; // the keys s that followed an earlier copy (token s - 1)
+      for (let s = 1; s <= i; s++) if (state.ids[s - 1] === state.ids[i]) copies.push(s);
+      if (!copies.length) {
+        copyNote.replaceChildren(`${quoted(label(i))} has not occurred before: there is no copy ` +
+          "to follow.");
+        root.dataset.copies = "0,0";
+        return;
+      }
+      const hidden = copies.filter((s) => !run.seen[i * T + s]);
+      const cut = copies.filter((s) => run.seen[i * T + s] && !run.seen[s * T + s - 1]);
+      const text = `Earlier, ${quoted(label(i))} was followed by ` +
+        `${copies.map((s) => quoted(label(s))).join(", ")} (token ${copies.join(", ")}).`;
+      const documents = state.mask === "documents";
+      const why = [];
+      if (hidden.length) {
+        why.push(`The mask hides token ${hidden.join(", ")} from this query: ` + (documents
+          ? "it is in the other document." : "it is outside the window."));
+      }
+      if (cut.length) {
+        const copy = cut.map((s) => s - 1).join(", ");
+        why.push(documents
+          ? `The mask hides the earlier copy: token ${copy} is in the first document, and ` +
+            `token ${cut.join(", ")}, in the second, cannot read what came before it.`
+          : `A window of 1 hides the earlier copy (token ${copy}) from the token after it.`);
+      }
+      const blocked = hidden.length + cut.length;
+      setText(copyWarning, blocked === copies.length ? "The mask hides every earlier copy " +
+        "from this query, so no head can follow one. " : "");
+      copyNote.replaceChildren(...(blocked === copies.length ? [copyWarning] : []),
+        [text, ...why].join(" "));
+      root.dataset.copies = `${copies.length},${blocked}`;
+    }
 
     function drawPrediction(i) {
       const top = (out) => {
@@ -418,14 +484,7 @@
         const names = state.ablate.map(([l, h]) => `layer ${l}, head ${h}`).join("; ");
         fill(lists[1], `with ${names} knocked out`, knocked);
       }
-      const copies = [];
-      for (let s = 1; s <= i; s++) if (state.ids[s - 1] === state.ids[i]) copies.push(s);
-      const hidden = copies.filter((s) => !run.seen[i * T + s]);
-      setText(copyNote, copies.length
-        ? `Earlier, ${quoted(label(i))} was followed by ` +
-          `${copies.map((s) => quoted(label(s))).join(", ")} (token ${copies.join(", ")})` +
-          (hidden.length ? `; the mask hides token ${hidden.join(", ")} from this query.` : ".")
-        : `${quoted(label(i))} has not occurred before: there is no copy to follow.`);
+      drawCopies(i);
       const first = mine.best[0];
       root.dataset.prediction = knocked ? `${first},${knocked.best[0]}` : String(first);
       root.dataset.probability = knocked ? `${mine.p[first]},${knocked.p[first]}` : String(mine.p[first]);
@@ -510,7 +569,7 @@
     }
 
     /* A new sequence: from the text box, a preset, a picked token or the repeat button. */
-    function setSequence(ids, unknown = [], fromText = false) {
+    function setSequence(ids, unknown = [], fromText = false, typedIn = fromText) {
       const kept = ids.slice(0, maxT);
       state.ids = kept.length ? kept : state.ids;
       state.unknown = unknown;
@@ -518,7 +577,17 @@
       if (unknown.length) {
         notes.push(`Not in the model's vocabulary, left out: ${unknown.map(quoted).join(", ")}.`);
       }
-      if (ids.length > maxT) notes.push(`Only the first ${maxT} tokens are used: the model's context.`);
+      if (ids.length > maxT) {
+        notes.push(`Only the first ${maxT} tokens are used: ` + (maxT < context
+          ? "the longest sequence the model was trained on." : "the model's context."));
+      }
+      const n = state.ids.length;
+      const repeatable = range !== null && n >= range[0] && n <= range[1];
+      repeat.disabled = !repeatable;
+      if (range && !repeatable && typedIn) {
+        notes.push(`Repeat takes ${range[0]} to ${range[1]} tokens, the repeats the model ` +
+          `learned: ${n < range[0] ? "type more" : "this has " + n}.`);
+      }
       if (!kept.length) notes.push("No token of the vocabulary in what you typed: the sequence is unchanged.");
       setText(notice, notes.join(" "));
       if (!fromText) input.value = typed(state.ids.map((k) => vocab[k]).join(""));
@@ -541,7 +610,7 @@
     preset.addEventListener("change", () => setSequence(data.presets[Number(preset.value)].ids));
     picker.addEventListener("change", () => {
       if (picker.value === "") return;
-      setSequence([...state.ids, Number(picker.value)], state.unknown); // still left out
+      setSequence([...state.ids, Number(picker.value)], state.unknown, false, true); // typed
       picker.value = "";
     });
     repeat.addEventListener("click", () => setSequence([...state.ids, ...state.ids], state.unknown));
@@ -633,6 +702,8 @@
     sinksIn.value = String(state.sinks);
     splitIn.value = String(state.split);
     maskSel.value = state.mask;
+    layerSel.value = String(state.layer);
+    headSel.value = String(state.head);
     showNumbers();
     setText(notice, "Loading the model\u2026");
     fetch(new URL(`../${data.model}`, scriptUrl))

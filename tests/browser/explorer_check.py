@@ -1,15 +1,23 @@
 """The site check's part for attention explorers (`docs/javascripts/explorer.js`): used by
 check_site.py on every page that has one.
 
-A reader's experiment, done by the check: type a sequence, repeat it, pin its last token, show
-the head with the highest induction score; that head's largest weight must land on the token
-after the earlier copy, and the model's prediction must be that token. Knocking out layer 0's
-best previous-token head must change the prediction. Every control must change what is drawn,
+What the reader sees first: the head the page chose (`view`) and, for a model that learned to
+continue repeats, a query whose copy that head finds and whose prediction is right.
+
+A reader's experiment, done by the check on such a model: type a sequence, repeat it, pin its
+last token, show the head with the highest induction score; that head's largest weight must
+land on the token after the earlier copy, and the model's prediction must be that token.
+Knocking out that head must lower the prediction's probability. The explorer's guardrails:
+Repeat takes only the typed lengths the model learned, a sequence keeps only as many tokens
+as the model was trained on, and a two-documents mask that hides the earlier copy is said to.
+On a model of text (no Repeat), typing works and is bounded by the context.
+
+Every control must change what is drawn,
 an unknown word must be listed as left out, the keyboard must move and pin the query, nothing
 may overflow the column at 1280 or 390 px, each interaction must redraw within 50 ms at 4x CPU
 throttling (one that runs the model again: within 50 ms unthrottled, 100 ms at 4x), a forward
 of a full context within 50 ms unthrottled, and the page and the model it downloads must stay
-small.
+small (the page's explorers together add at most EXPLORER_ADDS_BYTES).
 """
 
 from __future__ import annotations
@@ -31,6 +39,15 @@ RUNS_THE_MODEL = ("temperature", "mask", "knock out", "sequence")
 # model (repeats of 8 to 16 tokens), and a word no token of it matches.
 TYPED = " By the time we reach the end of the lamp"
 UNKNOWN = " ¤¤"
+
+# The explorer's options, as explorer_html wrote them.
+DATA_JS = """
+(root) => {
+  const data = JSON.parse(root.querySelector("script.attention-explorer__data").textContent);
+  return { view: data.view, repeat: data.repeat, max_tokens: data.max_tokens,
+           vocab: data.vocab, first: data.presets[0].ids };
+}
+"""
 
 # What an explorer draws, to compare before and after a control is used.
 DRAWN_JS = """
@@ -56,6 +73,9 @@ STATE_JS = """
       previous: Number(r.cells[1].textContent), induction: Number(r.cells[2].textContent),
     })),
     notice: root.querySelector(".ax-notice").textContent,
+    copies: (root.querySelector(".ax-top-note") || {}).textContent,
+    repeatDisabled: [...root.querySelectorAll("button")].filter(
+      (b) => b.textContent === "Repeat what I typed").map((b) => b.disabled),
     unknown: root.querySelectorAll(".ax-unknown").length,
     focused: document.activeElement && document.activeElement.dataset.index,
     unlabelled: [...root.querySelectorAll("select, input")].filter((el) => !el.labels.length)
@@ -85,7 +105,7 @@ async (root) => {
   }
   const sizes = [response.url, ...["model.js", "explorer.js"].map((n) => src.replace("explorer.js", n))];
   const bytes = await Promise.all(sizes.map(async (u) => (await (await fetch(u)).arrayBuffer()).byteLength));
-  return { ms: times.slice(3).sort((a, b) => a - b)[4], bytes: bytes.reduce((a, b) => a + b, 0) };
+  return { ms: times.slice(3).sort((a, b) => a - b)[4], bytes };
 }
 """
 
@@ -138,32 +158,127 @@ def check_explorers(page: Any, result: Any) -> None:
     if size > EXPLORER_PAGE_BYTES:
         result.problems.append(f"page with an explorer: {size / 1e3:.0f} KB of HTML (at most "
                                f"{EXPLORER_PAGE_BYTES / 1e3:.0f} KB)")  # fmt: skip
+    added = 0
     for k in range(roots.count()):
         root, name = roots.nth(k), f"explorer {k}"
         try:
-            page.wait_for_selector("[data-attention-explorer][data-loaded]", timeout=15_000)
+            page.wait_for_function(
+                "(k) => document.querySelectorAll('[data-attention-explorer]')[k]"
+                ".hasAttribute('data-loaded')", arg=k, timeout=15_000,
+            )  # fmt: skip
         except Exception:  # playwright's TimeoutError
             result.problems.append(f"{name}: the model did not load")
             continue
-        check_forward(root, name, result)
-        check_induction(page, root, name, result)
+        data = root.evaluate(DATA_JS)
+        check_opening(root, name, data, result)
+        added += check_forward(root, name, result, scripts=k == 0)
+        if data["repeat"]:
+            check_induction(page, root, name, result)
+            check_bounds(root, name, data, result)
+        else:
+            check_text(root, name, data, result)
         check_controls(page, root, name, result)
         check_speed(page, root, name, result)
+    result.notes.append(f"explorers: {roots.count()}, adding {added / 1e6:.2f} MB to the page")
+    if added > EXPLORER_ADDS_BYTES:
+        result.problems.append(f"the page's explorers add {added} bytes (at most "
+                               f"{EXPLORER_ADDS_BYTES})")  # fmt: skip
 
 
-def check_forward(root: Any, name: str, result: Any) -> None:
-    """A forward of the whole context within FORWARD_MS; the downloads within their budget."""
+def check_forward(root: Any, name: str, result: Any, scripts: bool) -> int:
+    """A forward of the whole context within FORWARD_MS; returns the bytes it adds to the
+    page: its weights file, and the scripts if `scripts` (the page's first explorer)."""
     measured = root.evaluate(FORWARD_JS)
-    result.notes.append(f"{name}: forward of the context {measured['ms']:.1f} ms, model and "
-                        f"scripts {measured['bytes'] / 1e6:.2f} MB")  # fmt: skip
+    result.notes.append(f"{name}: forward of the context {measured['ms']:.1f} ms, weights "
+                        f"{measured['bytes'][0] / 1e6:.2f} MB, scripts "
+                        f"{sum(measured['bytes'][1:]) / 1e6:.2f} MB")  # fmt: skip
     if measured["ms"] >= FORWARD_MS:
         result.problems.append(f"{name}: a forward takes {measured['ms']:.0f} ms (>= {FORWARD_MS})")
-    if measured["bytes"] > EXPLORER_ADDS_BYTES:
-        result.problems.append(f"{name}: the model and its scripts are {measured['bytes']} bytes")
+    return int(sum(measured["bytes"]) if scripts else measured["bytes"][0])
 
 
 def _state(root: Any) -> dict[str, Any]:
     return root.evaluate(STATE_JS)  # type: ignore[no-any-return]
+
+
+def check_opening(root: Any, name: str, data: dict[str, Any], result: Any) -> None:
+    """What the reader sees first: the page's head, and for a model that continues repeats,
+    its copy found from the last token and the prediction right (chosen by measurement at
+    build: attention_site.explorer.showcase)."""
+    state = _state(root)["state"]
+    view = (str(data["view"]["layer"]), str(data["view"]["head"]))
+    if (state["layer"], state["head"]) != view:
+        result.problems.append(f"{name}: opens on layer {state['layer']}, head "
+                               f"{state['head']}, not the page's {view}")  # fmt: skip
+    if not data["repeat"]:
+        return
+    ids = state["tokens"].split(",")
+    query, key = int(state["query"]), int(state["key"])
+    if query != len(ids) - 1 or not 0 < key <= query or ids[key - 1] != ids[query]:
+        result.problems.append(f"{name}: opens on query {query}, whose largest weight is on "
+                               f"key {key}, not one after an earlier copy")  # fmt: skip
+    elif state["prediction"] != ids[key]:
+        result.problems.append(f"{name}: opens on a wrong prediction: {state['prediction']} "
+                               f"after query {query}, not {ids[key]}")  # fmt: skip
+    result.notes.append(f"{name}: opens on layer {view[0]}, head {view[1]}: query {query} "
+                        f"reads key {key}, predicts {state['prediction']}")  # fmt: skip
+
+
+def _typed(root: Any, text: str) -> dict[str, Any]:
+    root.locator("input[type=text]").fill(text)
+    return _state(root)
+
+
+def check_bounds(root: Any, name: str, data: dict[str, Any], result: Any) -> None:
+    """Repeat takes only the typed lengths the model learned, and says so; a sequence keeps
+    at most max_tokens; the two-documents mask split at the repeat hides the earlier copy,
+    and the explorer says so."""
+    shortest, longest = data["repeat"]
+    for text in (TYPED, TYPED * 2, TYPED * 4):
+        info = _typed(root, text)
+        n = len(info["state"]["tokens"].split(","))
+        allowed = shortest <= n <= longest
+        if info["repeatDisabled"] != [not allowed]:
+            result.problems.append(f"{name}: with {n} tokens typed, Repeat is "
+                                   f"{info['repeatDisabled']} (disabled?)")  # fmt: skip
+        if not allowed and f"Repeat takes {shortest} to {longest}" not in info["notice"]:
+            result.problems.append(f"{name}: {n} tokens typed, and no word of the repeats "
+                                   f"the model learned: {info['notice']!r}")  # fmt: skip
+    if n != data["max_tokens"] or f"first {data['max_tokens']}" not in info["notice"]:
+        result.problems.append(f"{name}: {n} tokens kept of a longer text, not "
+                               f"{data['max_tokens']}: {info['notice']!r}")  # fmt: skip
+    _typed(root, TYPED)
+    root.get_by_role("button", name="Repeat what I typed").click()
+    root.locator("select[id$=-mask]").select_option("documents")
+    info = _state(root)
+    if info["state"].get("copies") != "1,1" or "hides the earlier copy" not in info["copies"]:
+        result.problems.append(f"{name}: two documents split at the repeat, and the "
+                               f"explorer says {info['copies']!r}")  # fmt: skip
+    root.locator("select[id$=-mask]").select_option("causal")
+    result.notes.append(f"{name}: Repeat only for {shortest} to {longest} typed tokens; at "
+                        f"most {data['max_tokens']} kept; the documents mask's hidden copy "
+                        "said")  # fmt: skip
+
+
+def check_text(root: Any, name: str, data: dict[str, Any], result: Any) -> None:
+    """A model of text: a typed sentence is read character by character, an unknown one is
+    left out, a longer text is cut at the context, and there is nothing to repeat."""
+    vocab = data["vocab"]
+    sentence = "".join(vocab[i] for i in data["first"])
+    info = _typed(root, sentence + UNKNOWN)
+    if info["unknown"] != 1 or "left out" not in info["notice"]:
+        result.problems.append(f"{name}: an unknown word is not shown as left out: "
+                               f"{info['notice']!r}")  # fmt: skip
+    info = _typed(root, sentence * 3)
+    kept = info["state"]["tokens"].split(",")
+    if len(kept) != data["max_tokens"] or f"first {data['max_tokens']}" not in info["notice"]:
+        result.problems.append(f"{name}: {len(kept)} tokens kept of a longer text: "
+                               f"{info['notice']!r}")  # fmt: skip
+    if info["repeatDisabled"]:
+        result.problems.append(f"{name}: offers Repeat for a model that never learned it")
+    _typed(root, sentence)
+    result.notes.append(f"{name}: typed {len(data['first'])} characters; at most "
+                        f"{data['max_tokens']} kept")  # fmt: skip
 
 
 def check_induction(page: Any, root: Any, name: str, result: Any) -> None:

@@ -27,6 +27,8 @@ from attention_site.explorer import (
     export_model,
     published,
     reference,
+    repeat_accuracy,
+    showcase,
 )
 
 CFG = {"vocab_size": 12, "context_length": 16, "emb_dim": 16, "n_heads": 4, "n_layers": 2,
@@ -129,6 +131,95 @@ def test_the_html_embeds_the_meta_and_publishes_the_weights(model: GPTModel) -> 
     (entry,) = published()
     assert entry.path == data["model"] and entry.data == export_model(model, VOCAB)[1]
     published().clear()
+
+
+def test_the_html_says_what_the_model_can_do(model: GPTModel) -> None:
+    published().clear()
+
+    def data_of(out: str) -> dict[str, object]:
+        found = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', out)
+        assert found is not None
+        return json.loads(found[1])  # type: ignore[no-any-return]
+
+    plain = data_of(explorer_html(model, VOCAB, {"pi": IDX}))
+    assert (plain["view"], plain["repeat"], plain["max_tokens"]) == (
+        {"layer": 0, "head": 0}, None, CFG["context_length"])  # fmt: skip
+    chosen = data_of(explorer_html(model, VOCAB, {"pi": IDX}, view=(1, 3), repeat=(2, 5),
+                                   max_tokens=12))  # fmt: skip
+    assert (chosen["view"], chosen["repeat"], chosen["max_tokens"]) == (
+        {"layer": 1, "head": 3}, [2, 5], 12)  # fmt: skip
+    published().clear()
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"view": (2, 0)}, r"view must be a \(layer, head\) pair of the model's, layer < 2"),
+        ({"view": (0, 4)}, "view must be"),
+        ({"view": [0, 1]}, "view must be"),
+        ({"repeat": (3, 9)}, r"twice longest <= 16 tokens"),
+        ({"repeat": (5, 4)}, "repeat must be"),
+        ({"repeat": (0, 4)}, "repeat must be"),
+        ({"max_tokens": 17}, "max_tokens must be at most the context, 16"),
+        ({"max_tokens": 0}, "max_tokens must be"),
+        ({"max_tokens": 8}, r"presets\['pi'\] must be \(1, num_tokens\) with num_tokens <= 8"),
+        ({"max_tokens": 10, "repeat": (2, 6)}, r"twice longest <= 10"),
+    ],
+)
+def test_bad_options_are_named(model: GPTModel, options: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        explorer_html(model, VOCAB, {"pi": IDX}, **options)  # type: ignore[arg-type]
+    assert not published()  # nothing published for a refused explorer
+
+
+def _copying(model: GPTModel, monkeypatch: pytest.MonkeyPatch, key: int = 3) -> None:
+    """Make `model` predict, after any sequence, its token at `key`, with the last query's
+    weights all on `key` in every head (a model that copies, made by hand)."""
+    import attention_site.explorer as explorer
+
+    def forward(idx: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        return 10.0 * torch.nn.functional.one_hot(idx[:, key], 12).float()[:, None].expand(
+            -1, idx.shape[1], -1)  # fmt: skip
+
+    def weights(model: GPTModel, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.shape[1]
+        w = torch.eye(T).expand(2, idx.shape[0], 4, T, T).clone()
+        w[..., -1, :] = 0.0
+        w[..., -1, key] = 1.0
+        return w
+
+    monkeypatch.setattr(model, "forward", forward)
+    monkeypatch.setattr(explorer, "model_weights", weights)
+
+
+def test_showcase_opens_on_the_first_sequence_whose_copy_is_found(
+    model: GPTModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _copying(model, monkeypatch, key=3)  # the last query reads key 3 and predicts its token
+    found = torch.tensor([[5, 6, 7, 5, 6, 7]])  # token 7: after its copy (2) came key 3
+    no_copy = torch.tensor([[5, 6, 7, 1, 2, 3]])  # 3 never occurred before
+    elsewhere = torch.tensor([[7, 5, 6, 1, 2, 7]])  # 7's copy is followed by key 1, not 3
+    candidates = {"no copy": no_copy, "elsewhere": elsewhere, "found": found, "again": found}
+    assert showcase(model, candidates, layer=1, head=2) == "found"
+    with pytest.raises(ValueError, match="on none of the 2 candidates"):
+        showcase(model, {"no copy": no_copy, "elsewhere": elsewhere}, layer=0, head=0)
+    with pytest.raises(ValueError, match="layer 2, head 0 is not a head of the model"):
+        showcase(model, candidates, layer=2, head=0)
+
+
+def test_repeat_accuracy_counts_the_first_token_predicted_again(
+    model: GPTModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _copying(model, monkeypatch, key=0)  # always predicts the sequence's first token
+    assert repeat_accuracy(model, [2, 5, 8], vocab_size=12, count=7) == {2: 1.0, 5: 1.0, 8: 1.0}
+    monkeypatch.undo()
+    shares = repeat_accuracy(model, [1, 3], vocab_size=12, count=50, seed=1)
+    assert list(shares) == [1, 3] and all(0.0 <= v <= 1.0 for v in shares.values())
+    assert shares == repeat_accuracy(model, [1, 3], vocab_size=12, count=50, seed=1)
+    with pytest.raises(ValueError, match="9 typed twice is longer than the context, 16"):
+        repeat_accuracy(model, [9], vocab_size=12)
+    with pytest.raises(ValueError, match="count must be"):
+        repeat_accuracy(model, [2], vocab_size=12, count=0)
 
 
 @pytest.mark.parametrize(
