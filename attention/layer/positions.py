@@ -20,10 +20,11 @@ $$
 \end{gathered}
 $$
 
-Which dimensions form a pair is a convention: *rotate-half* (Llama, Hugging Face) pairs
-dimension $i$ with $i + d_h/2$; the original paper pairs $2i$ with $2i+1$
-([`apply_rope_interleaved`][attention.layer.positions.apply_rope_interleaved]). The two are the same
-rotation up to a permutation of the dimensions.
+Which dimensions form a pair is a convention: *rotate-half* (GPT-NeoX, Hugging Face, this
+package) pairs dimension $i$ with $i + d_h/2$; the original paper and Meta's Llama code pair
+$2i$ with $2i+1$ ([`apply_rope_interleaved`][attention.layer.positions.apply_rope_interleaved];
+Hugging Face permutes Llama's $W_q$, $W_k$ rows at conversion). The two are the same rotation
+up to a permutation of the dimensions.
 
 Examples:
     >>> q = torch.randn(1, 4, 8)  # (batch, num_tokens, head_dim)
@@ -93,8 +94,9 @@ def rope_frequencies(
 ) -> Tensor:
     r"""$\theta_i = \text{base}^{-2i/d_h}$, $i = 0, \dots, d_h/2 - 1$: one angle per pair.
 
-    The first pair turns by one radian per position; the last by about $1/\text{base}$, so
-    slowly that it tells apart positions thousands of tokens apart.
+    The first pair turns by one radian per position; the last by about $1/\text{base}$: at
+    base 10,000 and $d_h = 128$ it takes about 54,000 positions to turn once (chapter 10
+    computes it).
 
     Examples:
         >>> rope_frequencies(4, base=100.0)
