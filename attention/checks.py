@@ -8,6 +8,7 @@ of these.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -20,6 +21,7 @@ __all__ = [
     "check_ids",
     "check_input",
     "check_padding_mask",
+    "check_positive",
     "check_size",
     "check_tensor",
 ]
@@ -207,6 +209,20 @@ def check_size(name: str, value: object, *, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def check_positive(name: str, value: object) -> float:
+    """Check that a rate or a scale (`lr`, `scale`, a soft cap) is a finite number above 0.
+
+    Examples:
+        >>> check_positive("lr", float("nan"))
+        Traceback (most recent call last):
+        ...
+        ValueError: lr must be a finite number > 0, got nan
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def check_dropout(value: object, name: str = "dropout") -> float:

@@ -18,7 +18,6 @@ Examples:
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.checks import check_ids, check_size, check_tensor
+from attention.checks import check_ids, check_positive, check_size, check_tensor
 from attention.lab.rnn import Seq2Seq, decoder_inputs
 from attention.lab.threads import torch_threads
 
@@ -159,8 +158,7 @@ def train(
     check_size("max_len", max_len)
     if max_len < min_len:
         raise ValueError(f"expected min_len <= max_len, got {min_len=} and {max_len=}")
-    if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr < math.inf):
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")  # not Adam's error
+    check_positive("lr", lr)  # not Adam's error
     context_length = getattr(model, "context_length", max_len)  # the transformer has one
     if max_len > context_length:
         raise ValueError(f"max_len must be at most the model's context_length "

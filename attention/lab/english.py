@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_ids, check_size
+from attention.checks import check_ids, check_positive, check_size
 from attention.lab.threads import torch_threads
 from attention.model.gpt import GPTModel
 
@@ -322,12 +322,6 @@ def _loss(model: GPTModel, windows: Tensor) -> float:
     return float(loss)
 
 
-def _check_lr(lr: object) -> float:
-    if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr < math.inf):
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    return float(lr)
-
-
 def train_english(
     seed: int = 0,
     steps: int = 800,
@@ -379,7 +373,7 @@ def train_english(
     if emb_dim % n_heads or (emb_dim // n_heads) % 2:
         raise ValueError(f"emb_dim must split into n_heads heads of an even width (RoPE), "
                          f"got emb_dim={emb_dim}, n_heads={n_heads}")  # fmt: skip
-    lr = _check_lr(lr)
+    lr = check_positive("lr", lr)
     text = english_text()
     chars = Characters.of(text)
     train_ids, held_ids = (chars.encode(part)[0] for part in split_text(text))

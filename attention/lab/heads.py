@@ -43,7 +43,6 @@ Examples:
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,7 +51,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_ids, check_size, check_tensor
+from attention.checks import check_ids, check_positive, check_size, check_tensor
 from attention.derivation.core import causal_mask
 from attention.derivation.text import gpt2_encoding, sample_text
 from attention.lab.threads import torch_threads
@@ -375,8 +374,7 @@ def train_induction(
              "n_heads": n_heads, "log_every": log_every}  # fmt: skip
     for name, value in sizes.items():
         check_size(name, value, minimum=2 if name == "n" else 1)  # n = 1: no period to draw
-    if isinstance(lr, bool) or not (isinstance(lr, int | float) and 0 < lr < math.inf):
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    check_positive("lr", lr)
     vocab = torch.unique(torch.tensor(gpt2_encoding().encode(sample_text())))  # sorted ids
     context_length = 2 * n if context_length is None else context_length
     check_size("context_length", context_length, minimum=2 * n)

@@ -22,6 +22,7 @@ from attention.checks import (
     check_flag,
     check_input,
     check_padding_mask,
+    check_positive,
     check_size,
     check_tensor,
 )
@@ -212,7 +213,7 @@ class MultiHeadAttention(nn.Module):
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
         self.rule = _rule(causal, window, sinks, mask)
         self.score_mods = as_score_mods(score_mods)
-        self.scale = None if scale is None else _check_scale(scale)
+        self.scale = None if scale is None else check_positive("scale", scale)
         # a score modifier without an additive form: no fused kernel can take it
         self._explicit_only = any(mod.bias is None for mod in self.score_mods)
         self._unprobed = True  # the mask and modifiers are tried at the first call
@@ -935,12 +936,6 @@ def _check_cross_options(kdim: int, vdim: int, d_in: int, **options: object) -> 
             f"kdim={kdim}, vdim={vdim} (other than d_in={d_in}) are for cross-attention, "
             f"which needs causal=False, rope=False, no sink_logit, mask or score_mods; got {got}"
         )
-
-
-def _check_scale(scale: object) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, int | float) or not 0 < scale < math.inf:
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    return float(scale)
 
 
 def _probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, x: Tensor) -> None:

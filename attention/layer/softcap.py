@@ -18,12 +18,12 @@ Examples:
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import torch
 from torch import Tensor
 
+from attention.checks import check_positive
 from attention.layer.score_mods import ScoreMod
 
 __all__ = ["softcap"]
@@ -39,6 +39,5 @@ def softcap(cap: float) -> ScoreMod:
     Raises:
         ValueError: `cap` not a finite number above 0.
     """
-    if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 < cap < math.inf:
-        raise ValueError(f"softcap: cap must be a finite number > 0, got {cap!r}")
+    check_positive("softcap: cap", cap)
     return ScoreMod(partial(_softcap, float(cap)), f"softcap({float(cap):g})")

@@ -73,7 +73,7 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_dropout, check_flag, check_size, check_tensor
+from attention.checks import check_dropout, check_flag, check_positive, check_size, check_tensor
 from attention.layer.masks import from_flags
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.softcap import softcap
@@ -888,9 +888,7 @@ def _positive(config: Mapping[str, Any], key: str) -> float | None:
     value = config.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"config's {key} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check_positive(f"config's {key}", value)
 
 
 def _scale(config: Mapping[str, Any], head_dim: int) -> float | None:
