@@ -324,13 +324,13 @@ def _loss(model: GPTModel, windows: Tensor) -> float:
 
 def train_english(
     seed: int = 0,
-    steps: int = 800,
+    steps: int = 500,
     context_length: int = 64,
     batch_size: int = 16,
     emb_dim: int = 64,
     n_heads: int = 4,
     n_layers: int = 2,
-    lr: float = 5e-3,
+    lr: float = 8e-3,
     log_every: int = 50,
     num_threads: int | None = 1,
 ) -> EnglishRun:

@@ -1,16 +1,19 @@
 """MkDocs hook: what runs where during the build, on a machine with few cores.
 
-- The longest trainings run in a worker process. Four pages train models while they build
+- The longest trainings run in two worker processes. Four pages train models while they build
   (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer,
   chapter 15's character model of English, whose heads chapter 16 explores, and chapter 16's
-  induction model): about 37 s on one core, most of the pages' own work. At the
-  start of the build `attention_site.runs.prefetch` starts each in the worker; each page's
+  induction model): about 30 s on one core, most of the pages' own work. At the
+  start of the build `attention_site.runs.prefetch` starts each in a worker; each page's
   `attention_site.runs.once(...)` call waits for its run instead of doing it again, and gets what
   the same call computes in-process (the runs are seeded and train on one thread). A run no
   page asked for is a build error: this list and the pages' calls must agree.
 - The pages are built in an order that lets that work finish: the pages that wait for a run
   after the other chapters, and the Performance page, which times code, after those.
-- Torch threads: the worker and the notebooks' kernel (docs/hooks/notebooks.py, about 20 s)
+- Two workers, not one: a run starts as soon as either is free, not behind every run before
+  it, so the last page that waits has its runs sooner (a whole build, one after the other on
+  2 cores, 2026-11-27: 55.6 s with one worker, 52.2 s with two).
+- Torch threads: the workers and the notebooks' kernel (docs/hooks/notebooks.py, about 20 s)
   share one core, so until the Performance page the pages get one thread fewer than the
   machine has CPUs: a thread more would spin waiting for a core they hold (measured in
   docs/maintainers.md, Build time).
@@ -69,7 +72,8 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
     pages = runs()
-    worker = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    spawn = multiprocessing.get_context("spawn")
+    worker = ProcessPoolExecutor(max_workers=2, mp_context=spawn)  # each trains on one thread
     atexit.register(worker.shutdown, cancel_futures=True)  # a failed build does not wait
     _workers.append(worker)
     for needed in pages.values():
