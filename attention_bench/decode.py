@@ -31,7 +31,12 @@ from attention.layer.multihead import MultiHeadAttention
 from attention.model.gpt import GPT_CONFIG_124M, GPTModel
 from attention.model.shapes import ModelShape, kv_cache_bytes
 from attention_bench import hf as hf_gpt2
-from attention_bench.generation import hf_contender, our_contender, time_contenders
+from attention_bench.generation import (
+    graphed_contender,
+    hf_contender,
+    our_contender,
+    time_contenders,
+)
 from attention_bench.measuring import ROOF_BYTES, Device, Timing, measure, roof
 
 __all__ = [
@@ -113,8 +118,12 @@ def decode_rows(
     new_tokens: int = NEW_TOKENS,
     hf: bool = True,
     roof_bytes: int = ROOF_BYTES,
+    dtype: torch.dtype = torch.float32,
 ) -> list[dict[str, Any]]:
     """Prefill and decode of a GPT (default: the book's 124M, dropout 0, eval, float32).
+
+    On CUDA, ours also takes the static step recorded in one CUDA graph (`impl`
+    `"gpt2_124m_graph"`, [`attention.model.decode`][attention.model.decode]).
 
     With `hf` and `transformers` installed, Hugging Face's GPT-2 on the same weights
     ([`to_hf_gpt2`][attention_bench.hf.to_hf_gpt2]) is timed in the same rounds, taking
@@ -125,11 +134,13 @@ def decode_rows(
     device = device or Device.from_env()
     torch.manual_seed(seed)
     config = {**(config or GPT_CONFIG_124M), "drop_rate": 0.0}
-    model = GPTModel(config).to(device.type).eval()
+    model = GPTModel(config).to(device.type, dtype).eval()
     bandwidth = roof(device, nbytes=roof_bytes).read_bytes_per_s
     n_prompt, n_new = prompt_tokens, new_tokens
     contenders = [our_contender(model, n_prompt + n_new)]
-    missing = None if hf_gpt2.available() else "transformers is not installed (the bench extra)"
+    if device.type == "cuda":
+        contenders.append(graphed_contender(model, n_prompt + n_new, n_new))
+    missing = hf_gpt2.missing()
     if hf and missing is None:
         contenders.append(hf_contender(model))
     rows = []
@@ -137,7 +148,8 @@ def decode_rows(
         prompt = torch.randint(0, model.vocab_size, (batch, n_prompt), device=device.type)
         times = time_contenders(contenders, prompt, n_new, ROUNDS[batch], device, i == 0)
         uncached_s = _uncached_s(model, prompt, n_uncached, device)
-        base = {"experiment": "decode", "mode": "decode", "device": device.type, "dtype": "float32",
+        base = {"experiment": "decode", "mode": "decode", "device": device.type,
+                "dtype": str(dtype).removeprefix("torch."),
                 "batch": batch, "num_tokens": n_prompt, "new_tokens": n_new}  # fmt: skip
         by_impl = {}
         for c in contenders:
@@ -160,15 +172,21 @@ def decode_rows(
         ours["generation_speedup"] = (
             n_new * uncached_s / (ours["prefill_s"] + n_new * ours["median_s"])
         )
-        theirs = by_impl.get("hf_gpt2")
-        if theirs is not None:  # ours over theirs: > 1 faster for a rate, < 1 for a time
-            ours["decode_speed_vs_hf"] = ours["cached_tokens_per_s"] / theirs["cached_tokens_per_s"]
-            ours["prefill_time_vs_hf"] = ours["prefill_s"] / theirs["prefill_s"]
-            ours["generate_time_vs_hf"] = ours["generate_s"] / theirs["generate_s"]
+        _versus_hf(by_impl)
         rows += list(by_impl.values())
         if hf and missing is not None:
             rows.append({**base, "impl": "hf_gpt2", "skipped": missing})
     return rows
+
+
+def _versus_hf(by_impl: dict[str, dict[str, Any]]) -> None:
+    """Ours (eager, and graphed on CUDA) over Hugging Face's: > 1 faster for a rate."""
+    theirs = by_impl.get("hf_gpt2")
+    for mine in (by_impl["gpt2_124m"], by_impl.get("gpt2_124m_graph")):
+        if theirs is not None and mine is not None:
+            mine["decode_speed_vs_hf"] = mine["cached_tokens_per_s"] / theirs["cached_tokens_per_s"]
+            mine["prefill_time_vs_hf"] = mine["prefill_s"] / theirs["prefill_s"]
+            mine["generate_time_vs_hf"] = mine["generate_s"] / theirs["generate_s"]
 
 
 def gemv_bandwidths(device: Device | None = None) -> dict[str, float]:

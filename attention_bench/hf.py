@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
+    "MINIMUM",
     "available",
     "decode_step",
     "embedding_bytes",
     "hf_generate",
+    "missing",
     "prefill",
     "to_hf_gpt2",
     "unsupported",
@@ -47,9 +49,30 @@ ATTN_IMPLEMENTATION = "sdpa"
 """Hugging Face's attention backend in the benchmark: PyTorch's fused kernel, as ours."""
 
 
+MINIMUM = "5.24"
+"""The oldest `transformers` this module runs on (the `bench` extra pins 5.24.0): older ones
+name a model's cache `past_key_values`, where 5.24 reads `cache=` and returns `out.cache`."""
+
+
+def missing() -> str | None:
+    """Why Hugging Face's model cannot be timed here, or None: not installed, or too old."""
+    if importlib.util.find_spec("transformers") is None:
+        return "transformers is not installed (the bench extra)"
+    found = version()
+    if _release(found) < _release(MINIMUM):
+        return (f"transformers {found} is older than {MINIMUM}, which this bench needs "
+                "(pip install -e '.[bench]' pins 5.24.0)")  # fmt: skip
+    return None
+
+
 def available() -> bool:
-    """Whether `transformers` is installed (the `bench` extra)."""
-    return importlib.util.find_spec("transformers") is not None
+    """Whether a `transformers` this module runs on is installed (the `bench` extra)."""
+    return missing() is None
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """`"5.17.0"` -> `(5, 17, 0)`; a suffix such as `.dev0` is dropped."""
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
 def version() -> str:

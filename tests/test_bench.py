@@ -466,13 +466,25 @@ def test_targets_compare_with_hugging_face_only_where_it_was_measured() -> None:
     assert len(without) == len(targets) - 3
 
 
+def test_a_transformers_older_than_the_pin_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """5.17 names the cache `past_key_values`: the bench says which version it needs."""
+    from attention_bench import hf
+
+    monkeypatch.setattr(hf.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(hf, "version", lambda: "5.17.0")
+    assert hf.missing() == ("transformers 5.17.0 is older than 5.24, which this bench needs "
+                            "(pip install -e '.[bench]' pins 5.24.0)")  # fmt: skip
+    monkeypatch.setattr(hf, "version", lambda: "5.24.0.dev0")
+    assert hf.missing() is None and hf.available()
+
+
 def test_decode_without_transformers_records_the_comparison_as_skipped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from attention_bench import decode
     from attention_bench.targets import check_targets
 
-    monkeypatch.setattr(decode.hf_gpt2, "available", lambda: False)
+    monkeypatch.setattr(decode.hf_gpt2, "missing", lambda: "transformers is not installed")
     cfg = bench.Config.quick("cpu")
     rows = decode.decode_rows(
         bench.Device("cpu"), 0, cfg.decode_model, 8, 4, roof_bytes=cfg.roof_bytes

@@ -46,7 +46,7 @@ TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-12}
 
 @pytest.fixture
 def transformers() -> ModuleType:
-    return pytest.importorskip("transformers")
+    return pytest.importorskip("transformers", minversion="5.24")  # 5.24 names the cache `cache=`
 
 
 def hf_gpt2(transformers: ModuleType, device: torch.device, dtype: torch.dtype = torch.float64,

@@ -160,7 +160,9 @@ def test_top_k_larger_than_the_vocabulary_and_top_p_one_filter_nothing() -> None
 
 
 def test_top_p_keeps_the_nucleus_as_hugging_face_does() -> None:
-    transformers = pytest.importorskip("transformers")
+    transformers = pytest.importorskip(
+        "transformers", minversion="5.24"
+    )  # 5.24 names the cache `cache=`
     from attention.model.generation import _nucleus
 
     logits = torch.randn(4, VOCAB, dtype=torch.float64) * 3

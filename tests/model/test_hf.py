@@ -15,7 +15,7 @@ from attention.model.generation import generate
 from attention.model.gpt import GPT_CONFIG_124M, GPTModel
 from attention_bench.hf import hf_generate, to_hf_gpt2
 
-pytest.importorskip("transformers")
+pytest.importorskip("transformers", minversion="5.24")  # 5.24 names the cache `cache=`
 
 SMALL = {"vocab_size": 96, "context_length": 48, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
          "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
