@@ -69,6 +69,7 @@ class Config:
     construct_context_length: int = 131_072
     decode_model: dict[str, Any] | None = None  # None: the book's GPT-2 124M
     decode_tokens: tuple[int, int] = (256, 32)  # prompt, new
+    batched_new: int = 32  # new tokens after a padded batch's prompts
     batched_lengths: tuple[int, ...] = LENGTHS  # a padded batch's prompts (new: decode_tokens)
     roof_bytes: int = ROOF_BYTES  # the buffer the bandwidths are measured over
     long_window: tuple[int, int] | None = None  # (num_tokens, window); None: the device's
@@ -76,9 +77,12 @@ class Config:
 
     @classmethod
     def full(cls, device: str) -> Config:
-        """The committed run: float32 on the CPU; float32, float16 and bfloat16 on CUDA."""
-        dtypes = ("float32", "float16", "bfloat16") if device == "cuda" else ("float32",)
-        return cls(device=device, dtypes=dtypes)
+        """The committed run: float32 on the CPU; float32, float16 and bfloat16 on CUDA, where
+        generation writes 256 tokens after its prompt of 256 (32 on the CPU)."""
+        if device != "cuda":
+            return cls(device=device)
+        return cls(device=device, dtypes=("float32", "float16", "bfloat16"),
+                   decode_tokens=(256, 256))  # fmt: skip
 
     @classmethod
     def quick(cls, device: str) -> Config:
@@ -95,6 +99,7 @@ class Config:
             decode_model={"vocab_size": 64, "context_length": 48, "emb_dim": 32, "n_heads": 4,
                           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False},
             decode_tokens=(16, 8),
+            batched_new=8,
             batched_lengths=(3, 5, 9, 20),
             roof_bytes=2**24,
             long_window=(256, 32),
@@ -400,11 +405,13 @@ def run_decode(rec: Recorder, cfg: Config) -> None:
     """Generation: ours, and Hugging Face's GPT-2 on the same weights where it is installed."""
     prompt, new = cfg.decode_tokens
     print(f"generation, prompt {prompt} tokens, {new} new", flush=True)
-    rows = decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, prompt, new,
-                       roof_bytes=cfg.roof_bytes)  # fmt: skip
+    rows = []
+    for dtype in cfg.dtypes:  # float32 on the CPU; and float16, bfloat16 on CUDA
+        rows += decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, prompt, new,
+                            roof_bytes=cfg.roof_bytes, dtype=getattr(torch, dtype))  # fmt: skip
     for row in rows:
         rec.rows.append(row)
-        head = f"  {row['impl']:<10} batch {row['batch']}:"
+        head = f"  {row['impl']:<15} {row['dtype']:<8} batch {row['batch']}:"
         if "skipped" in row:
             print(head, "skipped:", row["skipped"], flush=True)
             continue
@@ -413,10 +420,10 @@ def run_decode(rec: Recorder, cfg: Config) -> None:
               f"{row['generate_s']:.3f} s, {row['fraction_of_read_limit']:.2f} of the "
               "weights-read limit", flush=True)  # fmt: skip
         if "uncached_tokens_per_s" in row:
-            print(f"  {'':<10} {row['uncached_tokens_per_s']:.1f} tokens/s uncached, "
+            print(f"  {'':<15} {row['uncached_tokens_per_s']:.1f} tokens/s uncached, "
                   f"{row['fraction_of_limit']:.2f} of the bandwidth limit", flush=True)  # fmt: skip
         if "decode_speed_vs_hf" in row:
-            print(f"  {'':<10} vs hf_gpt2: decode {row['decode_speed_vs_hf']:.2f}x as fast, "
+            print(f"  {'':<15} vs hf_gpt2: decode {row['decode_speed_vs_hf']:.2f}x as fast, "
                   f"prefill {row['prefill_time_vs_hf']:.2f}x the time, generation "
                   f"{row['generate_time_vs_hf']:.2f}x the time", flush=True)  # fmt: skip
     rec.sample_load("after generation")
@@ -424,7 +431,7 @@ def run_decode(rec: Recorder, cfg: Config) -> None:
 
 def run_batched(rec: Recorder, cfg: Config) -> None:
     """A padded batch of prompts of different lengths, against the same prompts one by one."""
-    new = cfg.decode_tokens[1]
+    new = cfg.batched_new
     print(f"padded batch, prompts of {list(cfg.batched_lengths)} tokens, {new} new", flush=True)
     rows = padded_batch_rows(Device(cfg.device), cfg.seed, cfg.decode_model,
                              cfg.batched_lengths, new)  # fmt: skip
@@ -565,5 +572,6 @@ def _config(cfg: Config, sweep_dtype: str) -> dict[str, Any]:
         "reference": REFERENCE,
         "construct_context_length": cfg.construct_context_length,
         "decode_tokens": list(cfg.decode_tokens),
+        "batched_new": cfg.batched_new,
         "experiments": list(cfg.experiments),
     }

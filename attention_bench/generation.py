@@ -17,12 +17,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attention.model.decode import StaticDecode
 from attention.model.generation import generate
 from attention.model.gpt import GPTModel
 from attention_bench import hf as hf_gpt2
 from attention_bench.measuring import Device
 
-__all__ = ["Contender", "Times", "hf_contender", "our_contender", "time_contenders"]
+__all__ = [
+    "Contender",
+    "Times",
+    "graphed_contender",
+    "hf_contender",
+    "our_contender",
+    "time_contenders",
+]
 
 
 @dataclass
@@ -39,8 +47,8 @@ class Contender:
 
 def our_contender(model: GPTModel, max_tokens: int) -> Contender:
     """Ours: [`GPTModel`][attention.model.gpt.GPTModel] with a cache per block of `max_tokens`, and
-    [`generate`][attention.model.generation.generate] (greedy). The caches are allocated in the
-    prefill."""
+    [`generate`][attention.model.generation.generate] (greedy, the dynamic step: `static=False`).
+    The caches are allocated in the prefill."""
 
     def prefill(prompt: Tensor) -> tuple[Tensor, Any]:
         caches = model.init_caches(prompt.shape[0], max_tokens)  # allocated inside the timing
@@ -49,7 +57,25 @@ def our_contender(model: GPTModel, max_tokens: int) -> Contender:
     def step(token: Tensor, caches: Any) -> tuple[Tensor, Any]:
         return model(token, caches=caches), caches
 
-    return Contender("gpt2_124m", prefill, step, lambda idx, n: generate(model, idx, n))
+    return Contender("gpt2_124m", prefill, step,
+                     lambda idx, n: generate(model, idx, n, static=False))  # fmt: skip
+
+
+def graphed_contender(model: GPTModel, max_tokens: int, new_tokens: int) -> Contender:
+    """Ours with the static decode step ([`StaticDecode`][attention.model.decode.StaticDecode]):
+    on CUDA recorded in one graph at its second step and replayed after; `generate` with
+    `static=True`."""
+
+    def prefill(prompt: Tensor) -> tuple[Tensor, Any]:
+        caches = model.init_caches(prompt.shape[0], max_tokens)
+        logits = model(prompt, caches=caches)
+        return logits, StaticDecode(model, caches, new_tokens)
+
+    def step(token: Tensor, decoder: Any) -> tuple[Tensor, Any]:
+        return decoder(token)[:, None], decoder  # (b, 1, vocab)
+
+    return Contender("gpt2_124m_graph", prefill, step,
+                     lambda idx, n: generate(model, idx, n, static=True))  # fmt: skip
 
 
 def hf_contender(model: GPTModel) -> Contender:

@@ -43,7 +43,7 @@ from torch import Tensor
 
 from attention.checks import check_size
 
-__all__ = ["KVCache", "next_positions"]
+__all__ = ["KVCache", "StaticCache", "next_positions"]
 
 
 class KVCache:
@@ -330,6 +330,86 @@ class KVCache:
             f"KVCache(batch_size={b}, length={self.length}, slots={self.slots}, "
             f"num_kv_heads={h_kv}, head_dim={d_h}{ring})"
         )
+
+
+class StaticCache(KVCache):
+    """A filled cache's decode steps with static shapes: every slot read, the place on the device.
+
+    [`KVCache.update`][attention.layer.cache.KVCache.update] returns the live slots, so a
+    decode step's shapes grow, and finds a token's slot from its host `length`. This view of
+    the same tensors (made by [`of`][attention.layer.cache.StaticCache.of] after the prefill)
+    writes one token per row at the slot its position gives, on the device:
+
+    - linear: slot $p + \text{pads}$ (the row's padding came first);
+    - ring: slot $p$ for a sink, else $k + (p - k) \bmod w$;
+
+    and returns **every** slot with each slot's position per row, `key_positions`
+    `(batch, slots)` (-1: empty or padding, which no mask shows). Its shapes never change and
+    nothing is read on the host: a step that calls it can be captured in one CUDA graph
+    ([`attention.model.decode`][attention.model.decode]). The caller advances `length` (the
+    host's count, for the layer's checks).
+
+    Examples:
+        >>> from attention import MultiHeadAttention
+        >>> mha = MultiHeadAttention(8, 8, context_length=16, dropout=0.0, num_heads=2).eval()
+        >>> x = torch.randn(1, 6, 8)
+        >>> cache = mha.init_cache(batch_size=1, max_tokens=16)
+        >>> _ = mha(x[:, :5], cache=cache)  # the prefill: tokens 0..4
+        >>> static = StaticCache.of(cache)
+        >>> step = mha(x[:, 5:], cache=static, positions=torch.tensor([[5]]))  # all 16 slots
+        >>> torch.allclose(step, mha(x)[:, 5:], atol=1e-6)
+        True
+    """
+
+    key_positions: Tensor
+    first_slots: Tensor
+
+    @classmethod
+    def of(cls, cache: KVCache) -> StaticCache:
+        """A static view of `cache` after its prefill: the same keys and values, not copied."""
+        static = cls.__new__(cls)
+        static.__dict__.update(cache.__dict__)
+        b, device, slots = cache.batch_size, cache.keys.device, cache.keys.shape[2]
+        if cache.rows is not None:  # each row's own positions (a ring's spare slot: -1)
+            key_pos = cache.rows.clone()
+        elif cache.positions is not None:  # a ring: the slots' positions, every row alike
+            key_pos = cache.positions.expand(b, -1).clone()
+        else:  # linear: slot p holds position p, up to length
+            slot = torch.arange(slots, device=device)
+            key_pos = torch.where(slot < cache.length, slot, -1).expand(b, -1).clone()
+        static.key_positions = key_pos  # (b, slots)
+        pads = cache.pads if cache.pads is not None else key_pos.new_zeros(b)
+        static.first_slots = pads[:, None]  # (b, 1): the slot of each row's position 0
+        return static
+
+    def update(
+        self,
+        keys: Tensor,
+        values: Tensor,
+        segments: Tensor | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Write one token per row at its position's slot; return every slot and its positions.
+
+        Args:
+            keys: `(batch, h_kv, 1, head_dim)`.
+            values: likewise.
+            segments: must be None (documents are for prefills).
+            positions: `(batch, 1)` each row's position, on the device.
+
+        Returns:
+            `(keys, values, key_positions, None)`: `(batch, h_kv, slots, head_dim)` each and
+            `(batch, slots)`.
+        """
+        assert positions is not None and segments is None and keys.shape[2] == 1
+        if keys.dtype != self.keys.dtype:  # autocast: the cache keeps the module's dtype
+            keys, values = keys.to(self.keys.dtype), values.to(self.keys.dtype)
+        slot = self._slots_of(positions) if self.ring else positions + self.first_slots  # (b, 1)
+        wide = slot[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        self.keys.scatter_(2, wide, keys)  # (b, h_kv, slots, d_h): the row's slot
+        self.values.scatter_(2, wide, values)
+        self.key_positions.scatter_(1, slot, positions)
+        return self.keys, self.values, self.key_positions, None
 
 
 def _stored(old: Tensor, index: slice | Tensor, new: Tensor) -> Tensor:

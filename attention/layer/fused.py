@@ -14,12 +14,15 @@ the shape of the call, never a mask's name or a layer's flags:
 | one query, and it certainly sees every key it is given (decode, a ring's window) | no mask |
 | causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $B$ = `max(r, MIN_BLOCK)` queries over $\le B + r$ keys (and the anchors), each with its own mask |
 | anything else | the mask evaluated at these positions (`(T, S)`, or per row) |
-| on CUDA (`flex`), instead of the explicit path, the blocks or a mask | FlexAttention: the mask and modifiers as functions, hidden tiles skipped ([`attention.layer.flex`][attention.layer.flex]) |
+| on CUDA (`flex`), instead of the explicit path, the blocks or a mask of more than one query | FlexAttention: the mask and modifiers as functions, hidden tiles skipped ([`attention.layer.flex`][attention.layer.flex]) |
 
 Without a cache, padding never reaches the table: a padded batch's rows are first
 **compacted** (each row's real tokens moved to its front, in order, so positions equal
 slots), attended as right padding, and moved back; a mask that hides the future then never
-reaches a padded key. After a cache, each row's own positions are compared (a mask).
+reaches a padded key. After a cache, each row's own positions are compared (a mask). One query (a decode step)
+keeps SDPA with its mask's one row, `(b, 1, 1, S)`, on CUDA too: FlexAttention's tiles save
+nothing on one row, and the step stays one a CUDA graph can hold
+([`attention.model.decode`][attention.model.decode]).
 Additive score modifiers (ALiBi) reach the kernel as a float mask. A query that sees nothing
 gets a zero context vector on every path.
 """  # noqa: E501
@@ -107,7 +110,7 @@ def plan(
         score_mods: the layer's score modifiers.
         sink: a learned sink logit (one more key, given a float mask).
         flex: FlexAttention may take the call (CUDA, no dropout): it takes whatever SDPA
-            would need a mask, blocks or the explicit path for.
+            would need a mask, blocks or the explicit path for, but one query's mask.
 
     Examples:
         >>> from attention.layer.masks import causal, sinks, window
@@ -121,7 +124,13 @@ def plan(
         'flex'
     """
     chosen = _sdpa_plan(rule, num_tokens, num_keys, start, in_order, per_row, score_mods, sink)
-    return _FLEX if flex and chosen.kind in _FLEX_TAKES else chosen
+    flexed = flex and chosen.kind in _FLEX_TAKES and not _one_row(num_tokens, score_mods)
+    return _FLEX if flexed else chosen
+
+
+def _one_row(num_tokens: int, score_mods: Sequence[ScoreMod]) -> bool:
+    """One query whose modifiers SDPA's mask can carry: it keeps SDPA, not FlexAttention."""
+    return num_tokens == 1 and all(mod.bias is not None for mod in score_mods)
 
 
 def _sdpa_plan(
@@ -211,7 +220,7 @@ def fused_attention(
     if q_pos is None and (k_pos is None or k_pos.ndim == 1):  # one set of positions: plan()
         choice = _sdpa_plan(rule, num_tokens, num_keys, start, k_pos is None, q_seg is not None,
                             score_mods, sink_logits is not None).kind  # fmt: skip
-    if flex and choice in _FLEX_TAKES:
+    if flex and choice in _FLEX_TAKES and not _one_row(num_tokens, score_mods):
         choice = "flex"
     if choice == "flex":
         return flex_attention.attend(queries, keys, values, rule, start=start, q_pos=q_pos,

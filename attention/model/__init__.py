@@ -5,6 +5,8 @@
 - [`attention.model.generation`][attention.model.generation]: writing text with it: the
   book's loop, and batches of prompts of different lengths, sampling, stops per row,
   streaming.
+- [`attention.model.decode`][attention.model.decode]: decode steps with static shapes, which
+  one CUDA graph holds (`generate`'s default on CUDA).
 - [`attention.model.checkpoints`][attention.model.checkpoints]: weights in and out: Hugging
   Face's GPT-2 (a state dict, a file, a directory), the book's chapter-5 layout, one Llama,
   Mistral, Qwen2, Gemma 2 or Granite attention layer.

@@ -49,6 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.checks import check_flag, check_ids, check_size
+from attention.model.decode import StaticDecode, supports_static
 from attention.model.gpt import GPTModel, check_attention_mask
 
 __all__ = ["generate", "generate_text_simple", "pad_prompts", "stream"]
@@ -139,6 +140,10 @@ class _Sampling:
         """`(b, vocab)` -> `(b, 1)`: greedy at temperature 0, else a draw."""
         if self.temperature < torch.finfo(logits.dtype).tiny:  # 0, or too small to divide by
             return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1): greedy
+        # Drawn in float32 whatever the model's dtype, as Hugging Face's generate draws: on
+        # CUDA, torch.multinomial's exponential draws depend on the dtype (float64 takes
+        # other random numbers than float32), so one seed gives the same tokens either way.
+        logits = logits.float()
         # z / tau, less its max: a tiny temperature then gives 0 and -inf, never inf - inf
         logits = (logits - logits.max(dim=-1, keepdim=True).values) / self.temperature
         if self.top_k is not None and self.top_k < logits.shape[-1]:
@@ -258,18 +263,22 @@ class _Cached:
     A model that can run unbounded (RoPE and a window in every block, so ring buffers) goes
     on past its `context_length` with positions counting on, unless a smaller `context_size`
     was asked for; any other refills its caches with the last `context_size` tokens once they
-    are full, as the uncached loop crops.
+    are full, as the uncached loop crops. With `static`, the decode steps between take the
+    static step ([`StaticDecode`][attention.model.decode.StaticDecode]; on CUDA, one graph).
     """
 
-    def __init__(self, model: GPTModel, batch: _Batch, context_size: int) -> None:
+    def __init__(self, model: GPTModel, batch: _Batch, context_size: int, static: bool) -> None:
         self.model, self.batch, self.context_size = model, batch, context_size
         self.caches = model.init_caches(batch.ids.shape[0], context_size)
         self.unbounded = model.unbounded and context_size == model.context_length
+        self.static = static
+        self.decoder: StaticDecode | None = None
 
     @_in_eval_mode
     def __call__(self, token: Tensor | None) -> Tensor:
         full = self.caches[0].length == self.context_size
         if token is None or (full and not self.unbounded):  # prefill, or refill
+            self.decoder = None
             for cache in self.caches:
                 cache.reset()
             limit = self.batch.length if self.unbounded else self.context_size
@@ -280,6 +289,13 @@ class _Cached:
                                            attention_mask=None if mask is None
                                            else mask[:, lo:hi])  # fmt: skip
             return logits[:, -1]  # (b, vocab)
+        if self.static:  # decode, static shapes: the steps left before the caches are full
+            if self.decoder is None:
+                room = self.batch.limit - self.batch.length + 1  # steps left, this one too
+                if not self.unbounded:  # until the caches are full
+                    room = min(room, self.context_size - self.caches[0].length)
+                self.decoder = StaticDecode(self.model, self.caches, room)
+            return self.decoder(token)
         return self.model.logits(token, self.caches)[:, -1]  # decode: (b, vocab)
 
 
@@ -297,6 +313,7 @@ def generate(
     top_p: float | None = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     pad_id: int | None = None,
+    static: bool | None = None,
 ) -> Tensor:
     """Write up to `max_new_tokens` tokens after each prompt: greedy, or sampled; cached.
 
@@ -331,6 +348,11 @@ def generate(
         generator: a `torch.Generator` for the draws, or one per row (a row then draws as it
             would alone); default torch's global one.
         pad_id: what a row writes after it has ended; default the first `eos_id`.
+        static: decode steps with static shapes
+            ([`attention.model.decode`][attention.model.decode]), recorded in one CUDA graph
+            and replayed on CUDA; default on CUDA (where the model allows it), off elsewhere.
+            The same tokens either way (greedy, or sampled with the same generator), up to
+            the float rounding of a kernel over more slots.
 
     Returns:
         `(batch, num_tokens + new)`, `new <= max_new_tokens`: `new` is less only when every
@@ -341,7 +363,8 @@ def generate(
         ValueError: an argument out of range, named in the message.
     """
     ids, tokens = _prepare(model, idx, max_new_tokens, context_size, temperature, top_k,
-                           eos_id, use_cache, attention_mask, top_p, generator, pad_id)  # fmt: skip
+                           eos_id, use_cache, attention_mask, top_p, generator, pad_id,
+                           static)  # fmt: skip
     new = list(tokens)
     return torch.cat([ids, *new], dim=1) if new else ids
 
@@ -360,6 +383,7 @@ def stream(
     top_p: float | None = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     pad_id: int | None = None,
+    static: bool | None = None,
 ) -> Iterator[Tensor]:
     """[`generate`][attention.model.generation.generate], yielding each step's tokens as they come.
 
@@ -383,7 +407,7 @@ def stream(
         True
     """
     return _prepare(model, idx, max_new_tokens, context_size, temperature, top_k, eos_id,
-                    use_cache, attention_mask, top_p, generator, pad_id)[1]  # fmt: skip
+                    use_cache, attention_mask, top_p, generator, pad_id, static)[1]  # fmt: skip
 
 
 def _prepare(
@@ -399,6 +423,7 @@ def _prepare(
     top_p: object,
     generator: object,
     pad_id: object,
+    static: object = None,
 ) -> tuple[Tensor, Iterator[Tensor]]:
     """Check every argument, by name; return the prompt ids and the (not yet started) loop."""
     if not isinstance(model, GPTModel):
@@ -411,12 +436,28 @@ def _prepare(
     sampling = _check_sampling(model, ids.shape[0], temperature, top_k, top_p, generator)
     stops = _check_stops(model, eos_id, pad_id)
     check_flag("use_cache", use_cache)
+    static = _check_static(model, static)
     if max_new_tokens == 0 or ids.shape[0] == 0:  # nothing to write, or no row to write to
         return ids, iter(())
     batch = _Batch(ids, mask, max_new_tokens)
-    step_cls = _Cached if use_cache else _Uncached
-    step = step_cls(model, batch, min(context_size, model.context_length))
+    context_size = min(context_size, model.context_length)
+    step: _Cached | _Uncached = (
+        _Cached(model, batch, context_size, static) if use_cache
+        else _Uncached(model, batch, context_size)
+    )  # fmt: skip
     return ids, _run(model, batch, max_new_tokens, step, sampling, stops)
+
+
+def _check_static(model: GPTModel, static: object) -> bool:
+    """`static`, or its default: on CUDA where every layer allows it."""
+    if static is None:
+        return model.tok_emb.weight.device.type == "cuda" and supports_static(model)
+    check_flag("static", static)
+    if static and not supports_static(model):
+        raise ValueError("static=True: this model has a score modifier without an additive "
+                         "form (a soft cap), which on CUDA takes FlexAttention, not a CUDA "
+                         "graph; pass static=False")  # fmt: skip
+    return bool(static)
 
 
 def _run(

@@ -164,3 +164,14 @@ def test_on_cuda_a_window_takes_flex_and_equals_the_explicit_path() -> None:
         explicit, _ = mha(x, need_weights=True)
     assert spy.called
     assert_close(got, explicit, atol=2e-5, rtol=2e-5)
+
+
+def test_one_query_keeps_sdpas_mask_row_where_flex_may_take_the_call() -> None:
+    """A decode step over per-row positions: SDPA with `(b, 1, 1, S)`, a step one CUDA graph
+    can hold; more queries, or a modifier without an additive form, go to FlexAttention."""
+    from attention.layer.softcap import softcap
+
+    rule = causal() & window(8)
+    assert plan(rule, 1, 40, start=39, per_row=True, flex=True).kind == "mask"
+    assert plan(rule, 2, 40, start=38, per_row=True, flex=True).kind == "flex"
+    assert plan(rule, 1, 40, start=39, score_mods=[softcap(30.0)], flex=True).kind == "flex"

@@ -1,0 +1,147 @@
+r"""Decode with static shapes: a step that one CUDA graph can hold.
+
+A decode step runs one token through every block. For GPT-2 124M that is a few hundred
+small kernels; on a GPU each launch costs microseconds of the host's time, more than the
+kernel itself, so the step is **launch-bound** (the weights it reads, 247 MB in float16, take
+about 60 µs at an H200's 4.2 TB/s). A `torch.cuda.CUDAGraph` records the launches once and
+replays them with one call, but only a step whose shapes, memory and control flow never
+change, and that never waits for the device, can be recorded.
+
+The usual step (the dynamic one) reads the cache's live slots, so its shapes grow by one
+key a step, and finds slots from host integers. The **static step** (gpt-fast's):
+
+- each block's [`StaticCache`][attention.layer.cache.StaticCache] writes the new key and
+  value at the slot its position gives and returns **every** slot with each slot's position;
+  the layer's mask, evaluated at the positions on the device, hides the empty ones (a
+  position below 0 is never visible), so the kernel sees `(b, h_kv, slots, d_h)` at every
+  step;
+- each row's position is a device tensor `(b, 1)`, advanced on the device at the step's end;
+  the position embedding and RoPE's angles are looked up from it;
+- nothing is read on the host and no Python branch depends on a value.
+
+It runs through each block's own forward (`block(x, cache, positions=..., angles=...)`), so
+its result is the model's; on CUDA it is recorded once per generation, after one step
+that warms the kernels up, and replayed for every later step. Sampling stays outside the
+graph: the same code chooses the next token from the same logits, so a seeded generator
+draws the same tokens.
+
+On the CPU the dynamic step stays the default (a CPU launch costs little and the static step
+reads every slot); `generate(..., static=True)` runs the static step there, as the tests do.
+
+Examples:
+    >>> from attention.model.gpt import GPTModel
+    >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 16, "n_heads": 2,
+    ...        "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False}
+    >>> _ = torch.manual_seed(0)
+    >>> model = GPTModel(cfg).eval()
+    >>> ids = torch.randint(0, 50, (1, 6))
+    >>> caches = model.init_caches(batch_size=1)
+    >>> _ = model(ids[:, :5], caches)  # the prefill: tokens 0..4
+    >>> step = StaticDecode(model, caches, max_new_tokens=1)
+    >>> logits = step(ids[:, 5:])  # token 5, over all 16 slots: (1, vocab)
+    >>> torch.allclose(logits, model(ids)[:, -1], atol=1e-5)
+    True
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attention.layer.cache import KVCache, StaticCache
+from attention.model.gpt import GPTModel
+
+__all__ = ["StaticDecode", "supports_static"]
+
+
+def supports_static(model: GPTModel) -> bool:
+    """Whether `model`'s decode can take the static step: no layer needs the explicit path.
+
+    A score modifier without an additive form (a soft cap) goes to FlexAttention on CUDA,
+    which compiles and plans on the host: such a model keeps the dynamic step there.
+    """
+    on_cuda = model.tok_emb.weight.device.type == "cuda"
+    return not (on_cuda and any(block.att._explicit_only for block in model.blocks))
+
+
+class StaticDecode:
+    """The decode steps after a prefill, with static shapes; on CUDA, replayed from one graph.
+
+    Args:
+        model: the `GPTModel` whose `caches` the prefill filled.
+        caches: its caches (one per block), all holding the same tokens.
+        max_new_tokens: the most steps it will run (RoPE's table must cover their positions).
+        graph: record the step in a CUDA graph (default: on CUDA).
+
+    Calling it with the next token of every row `(b, 1)` returns the logits after it
+    `(b, vocab_size)` and advances every cache's `length`; the caller stops before a linear
+    cache is full. On a graph, the logits are the graph's output buffer: read them before the
+    next call. A hook on a block runs when the step is recorded, not at each replay.
+    """
+
+    def __init__(
+        self,
+        model: GPTModel,
+        caches: list[KVCache],
+        max_new_tokens: int,
+        graph: bool | None = None,
+    ) -> None:
+        first = caches[0]
+        device = first.keys.device
+        self.model, self.caches = model, caches
+        self.static = [StaticCache.of(cache) for cache in caches]
+        # each row's next position: its tokens so far, padding excluded; (b, 1) on the device
+        self.positions = torch.full((first.batch_size, 1), first.length, device=device)
+        if first.pads is not None:
+            self.positions -= first.pads[:, None]
+        self.end = first.length + max_new_tokens  # every position it reaches is below this
+        self.token = torch.zeros(first.batch_size, 1, dtype=torch.long, device=device)
+        self.graph_on = device.type == "cuda" if graph is None else graph
+        self.steps = 0
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._logits: Tensor | None = None
+
+    def step(self) -> Tensor:
+        """One token per row (`self.token`) through the model: `(b, vocab_size)` logits."""
+        model, positions = self.model, self.positions
+        x = model.embed(self.token, positions=positions)  # (b, 1, emb_dim)
+        angles = None  # RoPE's cos and sin at each row's position, for every block
+        if model.rotary is not None:
+            angles = model.rotary.at(self.end - 1, 1, positions, x.device, x.dtype)
+        for block, cache in zip(model.trf_blocks, self.static, strict=True):
+            x = block(x, cache, positions=positions, angles=angles)  # (b, 1, emb_dim)
+        logits: Tensor = model.out_head(model.final_norm(x))[:, -1]  # (b, vocab_size)
+        positions.add_(1)  # the next step's, on the device
+        return logits
+
+    def __call__(self, token: Tensor) -> Tensor:
+        self.token.copy_(token)
+        if not self.graph_on:
+            logits = self.step()
+        elif self.steps == 0:  # warm up off the capture: kernels chosen, tables made
+            logits = self._warm_up()
+        else:
+            if self._graph is None:
+                self._graph, self._logits = self._record()
+            self._graph.replay()
+            assert self._logits is not None
+            logits = self._logits
+        self.steps += 1
+        for cache in (*self.caches, *self.static):  # the host's count, for the checks
+            cache.length += 1
+        return logits
+
+    def _warm_up(self) -> Tensor:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            logits = self.step()
+        torch.cuda.current_stream().wait_stream(side)
+        return logits
+
+    def _record(self) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+        """Record one step (recording runs nothing: the first replay is this step)."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = self.step()
+        return graph, logits
