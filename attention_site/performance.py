@@ -27,6 +27,7 @@ __all__ = [
     "decode_limits",
     "decode_table",
     "gpt2_table",
+    "graph_table",
     "heading",
     "hf_table",
     "matmul_fraction",
@@ -451,8 +452,12 @@ def hf_table(res: Mapping[str, Any]) -> str:
         was not installed, or the run predates the comparison).
     """
     pairs = []
-    for ours in select(res, **OURS):
-        hf = next(select(res, **HF, batch=ours["batch"]), None)
+
+    def float32(row: Mapping[str, Any]) -> bool:  # a GPU run's float16: graph_table
+        return bool(row.get("dtype", "float32") == "float32")
+
+    for ours in filter(float32, select(res, **OURS)):
+        hf = next(filter(float32, select(res, **HF, batch=ours["batch"])), None)
         if hf is not None:
             pairs.append((ours, hf))
     if not pairs:
@@ -478,6 +483,34 @@ def hf_table(res: Mapping[str, Any]) -> str:
                      f"| {ours['fraction_of_read_limit']:.0%} | {hf['fraction_of_read_limit']:.0%} "
                      "| |")  # fmt: skip
     return "\n".join(lines)
+
+
+def graph_table(res: Mapping[str, Any]) -> str:
+    """On CUDA: decode eager, replayed from one CUDA graph, and Hugging Face's, per dtype.
+
+    Tokens/s of the cached decode step at each batch size and dtype, the graphed step over
+    Hugging Face's, and its fraction of the bandwidth limit (all weights and the cache).
+
+    Returns:
+        A Markdown table, or "" for a run without graphed rows (the CPU's).
+    """
+    lines = []
+    for graphed in select(res, experiment="decode", impl="gpt2_124m_graph"):
+        at = {"batch": graphed["batch"], "dtype": graphed["dtype"]}
+        eager = next(select(res, **OURS, **at), {})
+        hf = next(select(res, **HF, **at), {})
+        rate = "cached_tokens_per_s"
+        cells = [f"{row[rate]:.0f}" if rate in row else "-" for row in (eager, graphed, hf)]
+        versus = f"{graphed[rate] / hf[rate]:.2f}x" if rate in hf else "-"
+        lines.append(f"| {at['dtype']}, batch {at['batch']} | {' | '.join(cells)} | {versus} "
+                     f"| {graphed['fraction_of_limit']:.0%} |")  # fmt: skip
+    if not lines:
+        return ""
+    head = (
+        "| decode (tokens/s) | ours, eager | ours, one CUDA graph | HF GPT-2 | graph / HF "
+        "| graph: of the bandwidth limit |\n| --- | ---: | ---: | ---: | ---: | ---: |"
+    )
+    return "\n".join([head, *lines])
 
 
 def padded_batch_table(res: Mapping[str, Any]) -> str:

@@ -419,6 +419,18 @@ def test_report_hf_table_puts_ours_next_to_hugging_faces() -> None:
     assert "batch 1 and 8," in report.heading(res, "decode")
 
 
+def test_report_graph_table_puts_the_graphed_step_beside_eager_and_hf() -> None:
+    impls = ("gpt2_124m", "gpt2_124m_graph", "hf_gpt2")
+    base = {"experiment": "decode", "batch": 1, "fraction_of_limit": 0.09}
+    rows = [{**base, "impl": impl, "dtype": dtype, "cached_tokens_per_s": rate}
+            for dtype, rates in (("float32", (250, 1000, 200)), ("float16", (300, 1500, 190)))
+            for impl, rate in zip(impls, rates, strict=True)]  # fmt: skip
+    table = report.graph_table({"results": rows})
+    assert "| float16, batch 1 | 300 | 1500 | 190 | 7.89x | 9% |" in table.splitlines()
+    assert table.count("\n") == 3
+    assert report.graph_table(_document()) == ""  # a CPU run: no graphed rows
+
+
 def test_report_draws_a_run_without_hugging_faces_rows() -> None:
     res = _without_hf(_document())
     assert "no Hugging Face rows" in report.hf_table(res)

@@ -148,6 +148,7 @@ class KernelCall:
     is_causal: bool
     mask_dtype: torch.dtype | None
     mask_shape: tuple[int, ...] | None
+    num_keys: int = 0  # the keys it was given (their dimension -2)
 
     def __str__(self) -> str:
         mask = "None" if self.mask_shape is None else f"{self.mask_dtype} {self.mask_shape}"
@@ -182,6 +183,7 @@ def sdpa_calls() -> Iterator[list[KernelCall]]:
                 is_causal=bool(is_causal),
                 mask_dtype=None if mask is None else mask.dtype,
                 mask_shape=None if mask is None else tuple(mask.shape),
+                num_keys=(args[1] if len(args) > 1 else kwargs["key"]).shape[-2],
             )
         )
         result: Tensor = original(*args, **kwargs)
