@@ -13,7 +13,10 @@ per job:
 - [`hf`][attention_bench.hf]: Hugging Face's GPT-2 on the book's weights, the contender;
 - [`targets`][attention_bench.targets]: the targets, judged from one run's rows;
 - [`results`][attention_bench.results]: the files, and how every number in them was measured;
-- [`live`][attention_bench.live]: the page's live comparison, and how busy the machine was.
+- [`live`][attention_bench.live]: the page's live comparison, and how busy the machine was;
+- [`batched`][attention_bench.batched]: a padded batch against its prompts one by one;
+- [`calls`][attention_bench.calls]: the Python calls of one decode step, counted;
+- [`window`][attention_bench.window]: a long sequence's window against causal attention.
 """
 
 from __future__ import annotations

@@ -19,9 +19,10 @@ __all__ = ["compare_table", "live_conditions", "live_verdict"]
 
 
 def _range_ms(summary: Mapping[str, float]) -> str:
-    """The quartiles, `"43-46 ms"`."""
+    """The quartiles, `"43.1-45.9 ms"`: one decimal below 100 ms, where whole milliseconds
+    would show two different ranges as the same."""
     q1, q3 = 1e3 * summary["q1_s"], 1e3 * summary["q3_s"]
-    digits = 0 if q1 >= 10 else 1
+    digits = 0 if q1 >= 100 else 1
     return f"{q1:.{digits}f}-{q3:.{digits}f} ms"
 
 

@@ -724,7 +724,7 @@ def _offset_panel(board: _Board, centre: _Point, head_dim: int, base: float) -> 
     q_at, k_at = _pair_angles(q, 0, 5, base), _pair_angles(k, 0, 5, base)
     board.dial(centre, 0.55)
     right = centre[0] + 0.95
-    board.text(right, centre[1] + 0.5, "pair 0, q at m, k at n:\nsame m − n, same angle",
+    board.text(right, centre[1] + 0.5, "pair 0, q at m, k at n:\nsame n − m, same angle",
                size=_ROPE_TEXT, ha="left")  # fmt: skip
     legend = []
     for (m, n), colour in (((1, 0), _HEADS[1]), ((4, 3), _HEADS[2])):

@@ -11,7 +11,7 @@ a padded row sees what it would alone). The built-ins combine with `&` and `|`:
 | [`window(w)`][attention.layer.masks.window] | $0 \le i - j < w$ (its last $w$ positions, itself included) | `generate_sliding_window(w - 1)` |
 | [`sinks(k)`][attention.layer.masks.sinks] | $j < k$ | `kv_idx < k` |
 | [`documents(ids)`][attention.layer.masks.documents] | $\text{ids}_{b,i} = \text{ids}_{b,j}$ | `document_id[q_idx] == document_id[kv_idx]` |
-| [`padding(kpm)`][attention.layer.masks.padding] | neither is padding | `~kpm[b, kv_idx]` |
+| [`padding(kpm)`][attention.layer.masks.padding] | neither is padding | `~kpm[b, q_idx] & ~kpm[b, kv_idx]` |
 
 [`Mask(fn)`][attention.layer.masks.Mask] wraps any `mask_mod`, so one from attention-gym works
 unchanged.

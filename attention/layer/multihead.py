@@ -95,7 +95,8 @@ class MultiHeadAttention(nn.Module):
     Parameters are created in the book's order (`W_query`, `W_key`, `W_value`, `out_proj`), so
     with the defaults and the same `torch.manual_seed` this module equals the book's
     `MultiHeadAttention`. Unlike the book's class it keeps no `(context_length,
-    context_length)` mask buffer (16 GiB at 131,072 tokens). A book checkpoint's `mask` entry
+    context_length)` mask buffer (16 GiB as bool, 64 GiB as the book's float32, at 131,072
+    tokens). A book checkpoint's `mask` entry
     (bool or float) is checked to be the causal mask and dropped, so
     `load_state_dict(book_state_dict)` works with `strict=True`.
 

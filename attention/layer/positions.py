@@ -340,14 +340,9 @@ class RotaryTable:
         """
         if positions is None:
             return self.angles(start, num_tokens, device, dtype)  # (T, d_h)
-        return self._angles_at(positions.clamp(min=0), start + num_tokens, dtype)
-
-    def _angles_at(self, positions: Tensor, end: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """`(cos, sin)` at `positions` `(b, T)`, all below `end`: `(b, 1, T, d_h)`."""
-        if end <= self.limit:  # rows of the table
-            cos, sin = self.angles(0, end, positions.device, dtype)
-            return cos[positions][:, None], sin[positions][:, None]
-        cos, sin = self._far(positions, positions.device, dtype)  # (b, T, d_h)
+        # computed from the positions themselves (the table's own float64 formula, so the same
+        # numbers): any position works, and no value is read to size a table
+        cos, sin = self._far(positions.clamp(min=0), positions.device, dtype)  # (b, T, d_h)
         return cos[:, None], sin[:, None]  # (b, 1, T, d_h)
 
     def _far(

@@ -93,8 +93,9 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
 
     Raises:
         TypeError: `mha` is not a `MultiHeadAttention`.
-        ValueError: `mha.d_in != mha.d_out`, or it uses grouped heads, RoPE or a window,
-            which PyTorch's module does not have.
+        ValueError: `mha.d_in != mha.d_out`, or it uses grouped heads, RoPE, a window, a sink
+            logit, a scale of its own or a score modifier, which PyTorch's module does not
+            have.
 
     Examples:
         >>> from attention import causal_mask
@@ -108,10 +109,13 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     if not isinstance(mha, MultiHeadAttention):
         raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
     if (mha.num_kv_heads != mha.num_heads or mha.rope or mha.window is not None
-            or mha.sink_logits is not None):  # fmt: skip
+            or mha.sink_logits is not None or mha.scale is not None or mha.score_mods):  # fmt: skip
+        mods = [mod.name for mod in mha.score_mods]
         raise ValueError(
-            "nn.MultiheadAttention has no grouped heads, RoPE, window or sink logit: got "
-            f"num_kv_heads={mha.num_kv_heads}, rope={mha.rope}, window={mha.window}"
+            "nn.MultiheadAttention has no grouped heads, RoPE, window, sink logit, scale of "
+            f"its own or score modifier: got num_kv_heads={mha.num_kv_heads}, rope={mha.rope}, "
+            f"window={mha.window}, sink_logit={mha.sink_logits is not None}, scale={mha.scale}, "
+            f"score_mods={mods}"
         )
     if mha.d_in != mha.d_out:
         raise ValueError(

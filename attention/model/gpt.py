@@ -1,4 +1,4 @@
-r"""The book's GPT (chapter 4) on this package's attention, and text generation (chapter 5).
+r"""The book's GPT (its chapter 4; this site's chapter 13) on this package's attention.
 
 `GPTModel(cfg)` keeps the book's names, configuration keys and creation order, so under the
 same seed it holds the book's weights and prints the book's numbers. Each

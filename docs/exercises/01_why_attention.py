@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 1: attention between an encoder and a decoder
 #
-# Chapter 1: [Why attention?](../why-attention.md). Every output below was computed while the
-# site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 1: [Why attention?](../why-attention.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # At decoder step $t$, Bahdanau's attention scores every encoder state $h_i$ against the
 # decoder's previous state $s_{t-1}$ and reads their weighted sum:
@@ -50,7 +51,7 @@ print("weights of sequence 0:", alpha[0])
 #
 # Attention reads *one* encoder state when its score stands far above the others. Use the
 # dot product as the score instead (as the chapters after this one do): for 6 random encoder
-# states $h_i$ of width 8 and the query $q = \beta h_3$, compute
+# states $h_i$ of width 8 and the query $q = \beta h_3$ (counted from 0: `h[3]`), compute
 # $\alpha = \operatorname{softmax}(h_i \cdot q)$ for $\beta$ = 0, 0.5, 2 and 8. What does
 # $\beta = 0$ give, and where does the weight go as $\beta$ grows?
 
@@ -61,8 +62,8 @@ for beta in (0.0, 0.5, 2.0, 8.0):
     alpha = torch.softmax(h @ (beta * h[3]), dim=0)  # (6,)
     print(f"beta {beta:>3}: " + " ".join(f"{a:.2f}" for a in alpha.tolist()))
 # beta 0: every score is 0, so the weights are uniform, 1/6 each. As beta
-# grows, the state most aligned with q (h_3 itself: h_3 . h_3 is its squared
-# length) takes nearly all.
+# grows, the state with the largest dot product with q takes nearly all: here
+# h_3 itself, since its score, its squared length, is the largest of the six.
 assert int(alpha.argmax()) == 3 and alpha[3] > 0.99
 
 # %% [markdown]

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 2: tokens to vectors
 #
-# Chapter 2: [Tokens to vectors](../tokens.md). Every output below was computed while the
-# site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 2: [Tokens to vectors](../tokens.md). On the site, every output below was computed
+# while it was built; the downloads (links above) start without outputs: run them and change
+# them.
 #
 # Token ids become vectors by two table look-ups, one for the token and one for its position:
 #

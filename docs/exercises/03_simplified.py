@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 3: simplified self-attention by hand
 #
-# Chapter 3: [Simplified self-attention](../simplified.md). Every output below was computed
-# while the site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 3: [Simplified self-attention](../simplified.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # The running example, *"Your journey starts with one step"*, is six tokens embedded in three
 # dimensions. Simplified self-attention uses each embedding $x^{(i)}$ as query, key and value:
@@ -76,7 +77,7 @@ all_weights.sum(dim=-1)  # every row of weights sums to 1
 #
 # Draw $A$ as a heatmap with the tokens on both axes. Which key does each query attend to
 # most, and why do "journey" and "starts" attend to each other so strongly? (Hint: compare
-# their embeddings in the first cell.)
+# their rows of `inputs`, printed above.)
 
 
 # %%
@@ -103,3 +104,10 @@ for token, row in zip(EXAMPLE_TOKENS, all_weights, strict=True):
 fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
 heatmap(ax, all_weights, EXAMPLE_TOKENS, "simplified attention weights A")
 plt.show()
+# Why: "journey" and "starts" have almost the same embedding, and both are
+# long, so their dot product is about as large as each one's with itself.
+journey, starts = inputs[1], inputs[2]
+print(
+    f"journey.starts {journey @ starts:.4f}, journey.journey "
+    f"{journey @ journey:.4f}, starts.starts {starts @ starts:.4f}"
+)

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 4: queries, keys and values
 #
-# Chapter 4: [Queries, keys and values](../qkv.md). Every output below was computed while
-# the site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 4: [Queries, keys and values](../qkv.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # Self-attention with trainable weight matrices projects each embedding three ways and
 # attends with the scaled dot product:
@@ -50,7 +51,7 @@ context_vecs = attn_weights @ values  # Z: (6, 6) @ (6, 2) -> (6, 2)
 
 assert context_vecs.shape == (6, 2)
 torch.testing.assert_close(context_vecs, sa_v2(inputs))
-context_vecs
+context_vecs.detach()  # without grad_fn: the numbers, as the book's
 
 # %% [markdown]
 # ## Exercise 4.2: the transplant, the other way round
@@ -71,7 +72,7 @@ with torch.no_grad():
     sa_v2.W_value.weight.copy_(sa_v1.W_value.T)  # (2, 3)
 
 torch.testing.assert_close(sa_v1(inputs), sa_v2(inputs))
-sa_v2(inputs)
+sa_v2(inputs).detach()
 
 # %% [markdown]
 # ## Exercise 4.3: a value width of your own

@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Exercise 5: scaling the scores
 #
-# Chapter 5: [Scaling](../scaling.md). Every output below was computed while the site was
-# built; download the notebook (link above) to run and change it yourself.
+# Chapter 5: [Scaling](../scaling.md). On the site, every output below was computed while it
+# was built; the downloads (links above) start without outputs: run them and change them.
 #
 # For a query and a key with independent, unit-variance components,
 #

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 6: causal attention
 #
-# Chapter 6: [Causal attention](../causal.md). Every output below was computed while the site
-# was built; download the notebook (link above) to run and change it yourself.
+# Chapter 6: [Causal attention](../causal.md). On the site, every output below was computed
+# while it was built; the downloads (links above) start without outputs: run them and change
+# them.
 #
 # Query $i$ may only attend to keys $j \le i$. With the mask $M$ written over the scaled scores,
 #

@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Exercise 7: dropout on the attention weights
 #
-# Chapter 7: [Dropout](../dropout.md). Every output below was computed while the site was
-# built; download the notebook (link above) to run and change it yourself.
+# Chapter 7: [Dropout](../dropout.md). On the site, every output below was computed while it
+# was built; the downloads (links above) start without outputs: run them and change them.
 #
 # In training, each attention weight is kept with probability $1-p$ and rescaled:
 #

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 8: multi-head attention
 #
-# Chapter 8: [Multi-head attention](../multihead.md). Every output below was computed while
-# the site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 8: [Multi-head attention](../multihead.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # $h$ heads of width $d_h$, each attending on its own, concatenated and projected:
 #

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 9: the production module
 #
-# Chapter 9: [The production module](../production.md). Every output below was computed while
-# the site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 9: [The production module](../production.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # The module's default call projects, splits heads, runs PyTorch's fused kernel and projects
 # again:
@@ -54,7 +55,8 @@ print("by hand == mha(x)")
 # %% [markdown]
 # ## Exercise 9.2: left padding changes nothing
 #
-# Put the first sequence's first 4 tokens behind 2 filler tokens, filled with NaN, and run
+# Put the first sequence's first 4 tokens behind 2 filler tokens, filled with NaN, as the
+# batch's second row, and run
 # the batch with a `key_padding_mask` (True = padding). Check that the 4 real tokens get what
 # they get alone, and that the filler's outputs are `out_proj`'s bias.
 

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 11: grouped-query attention
 #
-# Chapter 11: [Grouped-query attention](../grouped-query.md). Every output below was computed
-# while the site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 11: [Grouped-query attention](../grouped-query.md). On the site, every output below
+# was computed while it was built; the downloads (links above) start without outputs: run them
+# and change them.
 #
 # With $h$ query heads and $h_{kv}$ key/value heads, query head $i$ reads key/value head
 # $g(i) = \lfloor i / (h / h_{kv}) \rfloor$.
@@ -73,4 +74,5 @@ for kv_heads in (32, 8, 1):
     )
     n = module.W_key.weight.numel() + module.W_value.weight.numel()
     assert n == 2 * 4096 * kv_heads * (4096 // 32)
-    print(f"{kv_heads:>2} key/value heads: {n / 1e6:5.1f} M parameters")
+    heads = "head " if kv_heads == 1 else "heads"
+    print(f"{kv_heads:>2} key/value {heads}: {n / 1e6:5.1f} M parameters")

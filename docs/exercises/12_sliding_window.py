@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 12: sliding windows
 #
-# Chapter 12: [Sliding windows](../sliding-window.md). Every output below was computed while
-# the site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 12: [Sliding windows](../sliding-window.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # With a window of $w$, query $i$ sees the keys $i - w < j \le i$.
 
@@ -10,6 +11,7 @@
 import torch
 
 from attention import MultiHeadAttention, causal_mask
+from attention.layer.testing import sdpa_calls
 
 # %% [markdown]
 # ## Exercise 12.1: the band
@@ -29,23 +31,30 @@ print("keys seen per query:", mine.sum(dim=-1).tolist())
 # %% [markdown]
 # ## Exercise 12.2: blocks give the same answer
 #
-# The module computes windowed attention in blocks of $w$ queries against $2w$ keys. Check that
-# its fused output (`mha(x)`) equals its explicit path (`mha(x, need_weights=True)[0]`) for
-# $T = 50$ and windows 1, 7, 16 and 64, with 4 query heads and 2 key/value heads.
+# The module computes windowed attention in blocks of $\max(w, 64)$ queries (`MIN_BLOCK`), each
+# against at most $\max(w, 64) + w - 1$ keys. Check that its fused output (`mha(x)`) equals its
+# explicit path (`mha(x, need_weights=True)[0]`) for $T = 200$ (four blocks) and windows 1, 7,
+# 16 and 64, with 4 query heads and 2 key/value heads, and count the kernel's calls with
+# `attention.layer.testing.sdpa_calls`.
 
 # %%
 # Solution
-x = torch.randn(2, 50, 16)
+x = torch.randn(2, 200, 16)
 for window in (1, 7, 16, 64):
     torch.manual_seed(0)
     mha = MultiHeadAttention(
-        16, 16, 64, 0.0, num_heads=4, num_kv_heads=2, window=window
+        16, 16, 256, 0.0, num_heads=4, num_kv_heads=2, window=window
     )
+    with torch.no_grad(), sdpa_calls() as calls:
+        fused = mha(x)
     with torch.no_grad():
-        torch.testing.assert_close(
-            mha(x), mha(x, need_weights=True)[0], atol=1e-5, rtol=0
-        )
-    print(f"window {window:>2}: fused == explicit")
+        explicit = mha(x, need_weights=True)[0]
+    torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=0)
+    keys = [call.num_keys for call in calls]
+    print(
+        f"window {window:>2}: fused == explicit, {len(calls)} calls over "
+        f"{keys} keys"
+    )
 
 # %% [markdown]
 # ## Exercise 12.3: the work saved

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 13: the transformer block
 #
-# Chapter 13: [The transformer block](../transformer.md). Every output below was computed while
-# the site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 13: [The transformer block](../transformer.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # A block is $x \leftarrow x + \operatorname{Attention}(\operatorname{LN}_1(x))$, then
 # $x \leftarrow x + \operatorname{FF}(\operatorname{LN}_2(x))$: a norm before each branch, and a
@@ -138,3 +139,7 @@ for shortcuts in (True, False):
     )
 assert gradients[True][0] > 10 * gradients[False][0]
 assert gradients[True][1] > 10 * gradients[False][1]
+# With the shortcuts, the gradient reaches the input and the first block
+# through every block's identity path. Without them it must pass through
+# each block's attention and feed-forward maps, and it shrinks on the way:
+# the vanishing gradient that residual connections prevent.

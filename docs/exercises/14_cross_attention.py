@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 14: cross-attention
 #
-# Chapter 14: [Cross-attention](../cross-attention.md). Every output below was computed while the
-# site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 14: [Cross-attention](../cross-attention.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # Cross-attention takes its queries from the decoder and its keys and values from the
 # encoder's output, the memory $M$: $Q = X_\text{dec} W_q$, $K = M W_k$, $V = M W_v$, with no

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 15: generating with a cache
 #
-# Chapter 15: [Generating text](../generation.md). Every output below was computed while the site
-# was built; download the notebook (link above) to run and change it yourself.
+# Chapter 15: [Generating text](../generation.md). On the site, every output below was computed
+# while it was built; the downloads (links above) start without outputs: run them and change
+# them.
 #
 # A causal layer's keys and values of earlier tokens never change, so a generating model keeps
 # them (the key/value cache) and runs only the newest token at each step.

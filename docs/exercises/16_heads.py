@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 16: scoring what a head does
 #
-# Chapter 16: [What trained heads do](../heads.md). Every output below was computed while the
-# site was built; download the notebook (link above) to run and change it yourself.
+# Chapter 16: [What trained heads do](../heads.md). On the site, every output below was
+# computed while it was built; the downloads (links above) start without outputs: run them and
+# change them.
 #
 # A head's **previous-token score** is the mean weight each query puts on the token just
 # before it; its **induction score** is the mean weight a query puts on the tokens that

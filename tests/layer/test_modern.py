@@ -19,6 +19,7 @@ from torch.testing import assert_close
 from attention import MultiHeadAttention
 from attention.layer.masks import from_flags
 from attention.layer.positions import apply_rope, rope_angles, rotate_half
+from attention.layer.softcap import softcap
 from attention.layer.testing import padding_mask, reference_attention, sdpa_calls, to_torch_mha
 
 B, T, D_IN, H = 3, 11, 6, 4
@@ -241,6 +242,9 @@ def test_windowed_layers_cache_at_most_the_window() -> None:
         (lambda: from_flags(True, 4, -1), ValueError, r"sinks must be >= 0, got -1"),
         (lambda: padding_mask([1.5], 3), TypeError, r"lengths must be a sequence of ints"),
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, num_kv_heads=1)), ValueError, r"no grouped heads"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, scale=2.0)), ValueError, r"scale=2.0"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, score_mods=[softcap(0.5)])), ValueError, r"score_mods=\['softcap"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, window=2, sink_logit=True)), ValueError, r"sink_logit=True"),
     ],
 )  # fmt: skip
 def test_the_new_helpers_name_their_arguments(
@@ -248,3 +252,16 @@ def test_the_new_helpers_name_their_arguments(
 ) -> None:
     with pytest.raises(error, match=match):
         call()
+
+
+def test_rope_at_positions_past_the_slots_is_the_offset_property() -> None:
+    """`positions=` may place a chunk anywhere (a reader's `arange(2, 6)` once raised an
+    IndexError from the angle table): RoPE sees only offsets, so the outputs stay the same."""
+    torch.manual_seed(123)
+    mha = MultiHeadAttention(8, 8, 6, 0.0, num_heads=2, rope=True)
+    x = torch.randn(1, 4, 8)
+    with torch.no_grad():
+        later = mha(x, positions=torch.arange(2, 6)[None])
+        far = mha(x, positions=torch.arange(70_000, 70_004)[None])  # past the table, too
+        torch.testing.assert_close(later, mha(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(far, mha(x), atol=1e-4, rtol=0)
