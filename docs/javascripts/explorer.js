@@ -602,8 +602,12 @@
     }
 
     // --- events -----------------------------------------------------------------------------
+    // a word model's tokens carry their leading space (" lamp"): a typed first word gets one
+    const words = vocab.some((s) => s.length > 1 && s.startsWith(" "));
     input.addEventListener("input", () => {
-      const pieces = AM.tokenize(vocab, untyped(input.value));
+      let text = untyped(input.value);
+      if (words && !text.startsWith(" ")) text = " " + text;
+      const pieces = AM.tokenize(vocab, text);
       setSequence(pieces.filter((p) => p.id !== null).map((p) => p.id),
         pieces.filter((p) => p.id === null).map((p) => p.text), true);
     });
