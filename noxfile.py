@@ -171,6 +171,24 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--clean", "--site-dir", "site", *session.posargs)
 
 
+ZENSICAL = "zensical==0.0.73"
+"""Zensical's newest release the package index serves whole (0.1.x needs a zensical-ui it
+does not have)."""
+
+
+@nox.session(python=PYTHON)
+def docs_zensical(session: nox.Session) -> None:
+    """The same site built by Zensical into site-zensical/ (docs/hooks/zensical_site.py stages
+    what the MkDocs hooks add); then, where site/ exists, both builds compared: the same pages,
+    the same outputs on a sample (tests/browser/compare_builds.py)."""
+    install_docs(session)
+    session.install(ZENSICAL)
+    session.run("python", "docs/hooks/zensical_site.py", "site-zensical", *session.posargs)
+    if os.path.exists("site/index.html"):
+        session.run("python", "tests/browser/compare_builds.py", "--mkdocs", "site",
+                    "--zensical", "site-zensical")  # fmt: skip
+
+
 @nox.session(python=PYTHON)
 def serve(session: nox.Session) -> None:
     """Preview the site with live reload on http://127.0.0.1:8000 (pages, package, README)."""
@@ -202,23 +220,25 @@ def site(session: nox.Session) -> None:
     """Every page of the built site in headless Chromium: errors, requests, math, search, figures;
     then the site's wheel installed in a fresh virtual environment, running an exercise.
 
-    Builds site/ first if it is missing (run `nox -s docs` first to check a fresh build).
-    Screenshots go to ATTENTION_SCREENSHOTS (default /tmp/attention-screenshots).
+    Checks site/ (MkDocs), or site-zensical/ with `ATTENTION_SITE=site-zensical`; builds it
+    first if it is missing (run `nox -s docs` or `docs_zensical` first to check a fresh
+    build). Screenshots go to ATTENTION_SCREENSHOTS (default /tmp/attention-screenshots).
     """
     browser = chromium(session)
-    if not os.path.exists("site/index.html"):
-        docs(session)
+    built = os.environ.get("ATTENTION_SITE", "site")
+    if not os.path.exists(f"{built}/index.html"):
+        (docs_zensical if built == "site-zensical" else docs)(session)
     session.install("playwright>=1.45")  # the Python driver only: never `playwright install`
     site_package(session)
     session.run(
-        "python", "tests/browser/check_site.py", "--site", "site", "--chromium", browser,
+        "python", "tests/browser/check_site.py", "--site", built, "--chromium", browser,
         *session.posargs,
     )  # fmt: skip
     # A reader's install: a fresh venv, torch, then exercise 3's download, whose first cell
     # installs the site's wheel (tests/browser/check_install.py): 51 s on the 2-core machine,
     # 2-3 minutes while it was loaded; most of it installing torch and deleting it again.
     index = ["--torch-index", TORCH_INDEX] if TORCH_INDEX else []
-    session.run("python", "tests/browser/check_install.py", "--site", "site", "--torch", TORCH,
+    session.run("python", "tests/browser/check_install.py", "--site", built, "--torch", TORCH,
                 *index)  # fmt: skip
 
 

@@ -94,7 +94,10 @@ class TinyAttentionModel(nn.Module):
     r"""Embeddings, one `MultiHeadAttention`, and a linear readout of two tokens per position.
 
     $$
-    \text{logits} = \operatorname{MultiHead}(E_\text{tok}[x] + E_\text{pos})\, W_r + b_r,
+    \begin{aligned}
+    h &= \operatorname{MultiHead}(E_\text{tok}[x] + E_\text{pos}), \\
+    \text{logits} &= h\, W_r + b_r,
+    \end{aligned}
     $$
 
     reshaped to two predictions per token. Nothing else: no residual connection, no

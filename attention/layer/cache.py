@@ -333,7 +333,7 @@ class KVCache:
 
 
 class StaticCache(KVCache):
-    """A filled cache's decode steps with static shapes: every slot read, the place on the device.
+    r"""A filled cache's decode steps with static shapes: every slot read, the place on the device.
 
     [`KVCache.update`][attention.layer.cache.KVCache.update] returns the live slots, so a
     decode step's shapes grow, and finds a token's slot from its host `length`. This view of

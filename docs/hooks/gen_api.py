@@ -1,7 +1,8 @@
 """The API reference, generated: one page per public module, an index, and the nav.
 
 Run by mkdocs-gen-files at every build (mkdocs.yml), as in mkdocstrings' own recipe; the nav
-is `api/SUMMARY.md`, read by mkdocs-literate-nav. A new module gets its page with no docs
+is `api/SUMMARY.md`, read by mkdocs-literate-nav. Zensical's build writes the same pages
+(`api_pages`, docs/hooks/zensical_site.py). A new module gets its page with no docs
 edit: the packages' module lists are the only source.
 """
 
@@ -32,17 +33,18 @@ def modules(package: ModuleType) -> list[str]:
     return sorted(names, key=lambda n: (position[n] < 0, position[n], n))
 
 
-def document(full: str, nav_key: tuple[str, ...], index: list[str]) -> None:
+def document(full: str, nav: Nav, nav_key: tuple[str, ...], index: list[str],
+             pages: dict[str, str]) -> None:  # fmt: skip
     """A page for module `full` (a floor's page lists its modules, then each gets its own)."""
     module = importlib.import_module(full)
     index.append(f"| [`{full}`]({full}.md) | {summary(module)} |")
     nav[nav_key] = f"{full}.md"
-    with mkdocs_gen_files.open(f"api/{full}.md", "w") as page:
-        page.write(f"::: {full}\n    options:\n      heading_level: 1\n")
-        if hasattr(module, "__path__"):  # a floor: its docstring lists its modules
-            page.write("      members: false\n")
+    page = f"::: {full}\n    options:\n      heading_level: 1\n"
+    if hasattr(module, "__path__"):  # a floor: its docstring lists its modules
+        page += "      members: false\n"
+    pages[f"api/{full}.md"] = page
     for name in modules(module) if hasattr(module, "__path__") else []:
-        document(f"{full}.{name}", (*nav_key, f"{full}.{name}"), index)
+        document(f"{full}.{name}", nav, (*nav_key, f"{full}.{name}"), index, pages)
 
 
 def summary(module: ModuleType) -> str:
@@ -51,8 +53,7 @@ def summary(module: ModuleType) -> str:
     return re.sub(r"\s+", " ", first).replace("|", "\\|")
 
 
-nav = Nav()
-index = [
+INTRO = [
     "# API reference",
     "",
     "Every public name, rendered from its docstring. The package reads bottom-up like the "
@@ -63,26 +64,28 @@ index = [
     "    printed output differs from what is shown here (a printed float to the precision it",
     "    is written with). CI runs it on every change, so what you read is what the code prints.",
 ]
-nav["Overview"] = "index.md"
-for package_name, about in PACKAGES.items():
-    package = importlib.import_module(package_name)
-    index += [
-        "",
-        f"## `{package_name}`",
-        "",
-        about,
-        "",
-        "| Module | What it holds |",
-        "| --- | --- |",
-    ]
-    for name in modules(package):
-        full = f"{package_name}.{name}"
-        document(full, (full,), index)
-index += ["", "## The top-level packages"]
-for package_name in PACKAGES:
-    index += ["", f"::: {package_name}", "    options:", "      members: false"]
 
-with mkdocs_gen_files.open("api/index.md", "w") as page:
-    page.write("\n".join(index) + "\n")
-with mkdocs_gen_files.open("api/SUMMARY.md", "w") as page:
-    page.writelines(nav.build_literate_nav())
+
+def api_pages() -> dict[str, str]:
+    """Every API page by its path under docs/: the modules', `api/index.md`, `api/SUMMARY.md`."""
+    nav, index, pages = Nav(), list(INTRO), dict[str, str]()
+    nav["Overview"] = "index.md"
+    for package_name, about in PACKAGES.items():
+        package = importlib.import_module(package_name)
+        index += ["", f"## `{package_name}`", "", about, "", "| Module | What it holds |",
+                  "| --- | --- |"]  # fmt: skip
+        for name in modules(package):
+            full = f"{package_name}.{name}"
+            document(full, nav, (full,), index, pages)
+    index += ["", "## The top-level packages"]
+    for package_name in PACKAGES:
+        index += ["", f"::: {package_name}", "    options:", "      members: false"]
+    pages["api/index.md"] = "\n".join(index) + "\n"
+    pages["api/SUMMARY.md"] = "".join(nav.build_literate_nav())
+    return pages
+
+
+if __name__ == "<run_path>":  # run by mkdocs-gen-files (mkdocs.yml); Zensical: zensical_site.py
+    for path, text in api_pages().items():
+        with mkdocs_gen_files.open(path, "w") as page:
+            page.write(text)

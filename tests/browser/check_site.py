@@ -249,20 +249,35 @@ def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageR
         result.problems.append("footer: no build stamp with the torch version")
 
     if path == "" and scheme == "light":
-        page.locator("input.md-search__input").click(force=True)
-        page.keyboard.type("causal", delay=30)  # real key events: Material reacts to them
-        try:
-            page.wait_for_selector(".md-search-result__item", timeout=10_000)
-            hits = page.locator(".md-search-result__item").count()
-            result.notes.append(f'search "causal": {hits} results')
-        except Exception:  # playwright's TimeoutError
-            result.problems.append('search for "causal" returned no results')
-        page.keyboard.press("Escape")
+        check_search(page, result)
 
     name = re.sub(r"[^\w]+", "_", path.strip("/")) or "home"
     page.screenshot(path=str(shots / f"{name}-{scheme}.png"), full_page=True)
     page.close()
     return result
+
+
+def check_search(page, result: PageResult) -> None:
+    """Type "causal" into the search: Material's box (MkDocs), or Zensical's dialog, which a
+    button opens and which says how many results it found."""
+    zensical = page.locator("input.md-search__input").count() == 0
+    if zensical:
+        page.locator(".md-search__button").first.click()
+    else:
+        page.locator("input.md-search__input").click(force=True)
+    page.keyboard.type("causal", delay=30)  # real key events: the search reacts to them
+    try:
+        if zensical:
+            counted = page.get_by_text(re.compile(r"^\d+ results?$")).first
+            counted.wait_for(timeout=10_000)
+            hits = int(counted.inner_text().split()[0])
+        else:
+            page.wait_for_selector(".md-search-result__item", timeout=10_000)
+            hits = page.locator(".md-search-result__item").count()
+        result.notes.append(f'search "causal": {hits} results')
+    except Exception:  # playwright's TimeoutError
+        result.problems.append('search for "causal" returned no results')
+    page.keyboard.press("Escape")
 
 
 def main() -> int:

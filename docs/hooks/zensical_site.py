@@ -1,0 +1,295 @@
+"""The whole site under Zensical, which runs no MkDocs hooks: what they add, staged first.
+
+`nox -s docs_zensical` runs `python docs/hooks/zensical_site.py [SITE_DIR]`. Zensical reads
+`mkdocs.yml` and runs markdown-exec, mkdocstrings, literate-nav and autorefs itself, but not
+mkdocs-gen-files, mkdocs-jupyter or hooks. So this script calls the hooks' own functions (one
+source for each job) to write, into `build/zensical/docs/` (a copy of `docs/`):
+
+- the API pages and their nav (`gen_api.api_pages`);
+- the README's quickstart, the wheel's install text and contents, the exercises' table (the
+  `<!-- ... -->` directives of `build.py`, `package.py` and `notebooks.py`);
+- MathJax, the wheel and the sdist (`dist/`), each notebook executed (`notebooks.execute`)
+  and rendered by mkdocs-jupyter's own converter into a Markdown page with its downloads;
+
+then a `mkdocs.yml` without hooks, gen-files and mkdocs-jupyter, and builds it with Zensical in
+this process, strictly: Zensical's own issues, and any warning Python code logs (a failing
+markdown-exec block), fail the build, as `mkdocs build --strict` does. There the pages'
+blocks publish the explorer's weights, written and checked in Chromium after the build
+(`explorer.py`'s check). Each page's footer is worded as the MkDocs hook words it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+HOOKS = Path(__file__).resolve().parent
+STAGE = ROOT / "build" / "zensical"
+LEFT_OUT = ("gen-files", "mkdocs-jupyter")  # plugins Zensical does not run: staged instead
+
+
+def hook(name: str) -> ModuleType:
+    """docs/hooks/NAME.py as a module (`hooks.NAME`: no clash with the `build` package)."""
+    key = f"hooks.{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HOOKS / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+def stage_docs(docs: Path) -> None:
+    """`docs/` copied (without the hooks), the API pages written, MathJax beside them."""
+    shutil.rmtree(docs.parent, ignore_errors=True)
+    shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("hooks", "__pycache__"))
+    for path, text in hook("gen_api").api_pages().items():
+        (docs / path).parent.mkdir(parents=True, exist_ok=True)
+        (docs / path).write_text(text, encoding="utf-8")
+    build = hook("build")
+    es5 = build._mathjax_dir()
+    for part in build.MATHJAX_PARTS:
+        source, target = es5 / part, docs / "assets" / "mathjax" / part
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_file():
+            shutil.copy2(source, target)
+        else:
+            shutil.copytree(source, target)
+
+
+def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The wheel and sdist built into `docs/dist/`; the package hook's `Package` and facts."""
+    package_hook = hook("package")
+    wheel, sdist = package_hook.distribution_names(ROOT / "pyproject.toml")
+    repository = package_hook.repository_url(config.get("repo_url"), {})
+    package = package_hook.Package(wheel, sdist, config.get("site_url"), repository)
+    out = docs / package_hook.DIST
+    out.mkdir(parents=True)
+    work = STAGE / "src"
+    work.mkdir()
+    for name in package_hook.SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, work / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))  # fmt: skip
+        else:
+            shutil.copy2(ROOT / name, work / name)
+    subprocess.run([sys.executable, "-c", package_hook.BUILD, str(out)], cwd=work, check=True,
+                   capture_output=True)  # fmt: skip
+    facts = {
+        "contents": package_hook.check_wheel(out / wheel),
+        "sizes": {p.name: p.stat().st_size for p in out.iterdir()},
+    }
+    return package, facts
+
+
+def expand_directives(docs: Path, package: Any, facts: dict[str, Any]) -> None:
+    """Every page's `<!-- pycon -->`, `<!-- package -->` and `<!-- exercises -->`, as the
+    hooks expand them."""
+    build, package_hook, notebooks = hook("build"), hook("package"), hook("notebooks")
+    texts = {
+        "install": lambda: package_hook.install_text(package, facts["sizes"]),
+        "contents": lambda: package_hook.contents_table(facts["contents"]),
+        "source": lambda: package_hook.source_text(package),
+    }
+    for page in docs.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        new = build._DIRECTIVE.sub(
+            lambda m: build.run_pycon(build.section(ROOT / m["path"], m["name"]),
+                                      f"{m['path']}#{m['name']}"),
+            text,
+        )  # fmt: skip
+        new = package_hook._DIRECTIVE.sub(lambda m: texts[m["name"]](), new)
+        new = new.replace("<!-- exercises -->", notebooks.exercise_table(docs))
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+
+
+def stage_notebooks(docs: Path, package: Any) -> None:
+    """Each exercise executed and rendered as `exercises/NN.md`, its downloads in
+    `exercises/NN/`; the `.py` source leaves the pages (Zensical would copy it as a file)."""
+    from mkdocs_jupyter.nbconvert2 import nb2html
+
+    notebooks = hook("notebooks")
+    executed = STAGE / "executed"
+    executed.mkdir(parents=True)
+    for source in sorted((docs / "exercises").glob("*.py")):
+        original = ROOT / "docs" / "exercises" / source.name
+        install = notebooks.install_cell(package.as_extra(), draws=notebooks._draws(original))
+        target = executed / f"{source.stem}.ipynb"
+        notebooks.execute(str(original), str(target), install)
+        html = nb2html(str(target), custom_mathjax_url="")
+        # after the notebook, the template prints a list of pygments' CSS as a Python repr
+        # (harmless in a page's HTML, an indented code block to Markdown): the theme's is used
+        html = html[: html.index("<!-- jupyter-wrapper -->") + len("<!-- jupyter-wrapper -->")]
+        # the headings' pilcrow links: ids with an apostrophe, which Zensical's link check
+        # cannot find (the page's table of contents links the headings anyway)
+        html = re.sub(r'<a class="anchor-link" href="#[^"]*">¶</a>', "", html)
+        html = re.sub(r'href="\.\./(?P<path>[\w-]+)\.md(?P<anchor>#[\w-]+)?"',
+                      lambda m: f'href="../../{m["path"]}/{m["anchor"] or ""}"', html)  # fmt: skip
+        downloads = docs / "exercises" / source.stem
+        downloads.mkdir()
+        notebooks.write_downloads(original, downloads, package.site_url, install)
+        title = re.search(r"^# # (.+)$", original.read_text(encoding="utf-8"), re.MULTILINE)
+        page = [
+            "---",
+            f"title: {json.dumps(title[1] if title else source.stem)}",
+            "---",
+            "",
+            _download_links(source.stem),
+            "",
+            notebooks.fold_solutions(html),
+        ]
+        (docs / "exercises" / f"{source.stem}.md").write_text("\n".join(page), encoding="utf-8")
+        source.unlink()
+    notebooks._stop_kernel()
+
+
+def _download_links(stem: str) -> str:
+    blank = f"{stem}_no_solutions.ipynb"
+    return (
+        f'<p class="notebook-downloads">Download this exercise: <a href="{stem}/{blank}" '
+        f'download>{blank}</a> (Jupyter, the questions only), <a href="{stem}/{stem}.ipynb" '
+        f'download>{stem}.ipynb</a> (with the solutions) or <a href="{stem}/{stem}.py" '
+        f"download>{stem}.py</a> (jupytext percent format). The outputs below were computed "
+        "while the site was built; each solution is folded under its question.</p>"
+    )
+
+
+def stage_config(config: dict[str, Any], site: Path) -> tuple[Path, str]:
+    """`mkdocs.yml` for Zensical: the staged docs, no hooks, gen-files or mkdocs-jupyter; the
+    exercises' pages as Markdown; the footer's stamp made here."""
+    config = dict(config)
+    config.pop("hooks", None)
+    config["plugins"] = [p for p in config["plugins"]
+                         if not (isinstance(p, dict) and set(p) & set(LEFT_OUT))
+                         and p not in LEFT_OUT]  # fmt: skip
+    config["docs_dir"], config["site_dir"] = "docs", str(site)
+    config["nav"] = _nav(config["nav"])
+    config["copyright"] = hook("build").build_stamp()  # each page's: stamp_pages
+    path = STAGE / "mkdocs.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return path, config["copyright"]
+
+
+def _nav(nav: Any) -> Any:
+    """The nav with each exercise notebook `exercises/NN.py` as its page `exercises/NN.md`."""
+    if isinstance(nav, list):
+        return [_nav(item) for item in nav]
+    if isinstance(nav, dict):
+        return {key: _nav(value) for key, value in nav.items()}
+    if isinstance(nav, str) and nav.startswith("exercises/") and nav.endswith(".py"):
+        return nav.removesuffix(".py") + ".md"
+    return nav
+
+
+def publish_explorers(site: Path) -> None:
+    """The explorers' weights the pages published, written into the site and checked in
+    Chromium against PyTorch (docs/hooks/explorer.py)."""
+    from attention_site.explorer import published
+
+    entries = list(published())
+    published().clear()
+    for entry in entries:
+        (site / entry.path).parent.mkdir(parents=True, exist_ok=True)
+        (site / entry.path).write_bytes(entry.data)
+    if entries:
+        hook("explorer")._check(site, entries)
+    print(f"explorer: {len(entries)} models written and checked in Chromium", flush=True)
+
+
+def stamp_pages(site: Path, docs: Path, default: str) -> None:
+    """Each page's footer as docs/hooks/build.py words it: a page that runs no code says so,
+    and a page with stored results (front matter `stored:`) names them."""
+    build = hook("build")
+    for page in docs.rglob("*.md"):
+        rel = page.relative_to(docs)
+        original = ROOT / "docs" / rel
+        source = (original if original.exists() else page).read_text(encoding="utf-8")
+        notebook = (ROOT / "docs" / rel.with_suffix(".py")).exists()
+        computed = notebook or bool(
+            build._EXECUTED.search(source) or build._DIRECTIVE.search(source)
+        )
+        meta = re.match(r"---\n(.*?)\n---\n", source, re.DOTALL)
+        stored = yaml.safe_load(meta[1]).get("stored") if meta else None
+        folder = rel.parent if rel.stem == "index" else rel.with_suffix("")
+        html = site / folder / "index.html"
+        if (computed and not stored) or not html.exists():
+            continue
+        text = html.read_text(encoding="utf-8")
+        stamp = build.build_stamp(computed, str(stored) if stored else None)
+        html.write_text(text.replace(default, stamp), encoding="utf-8")
+
+
+def main(site: Path) -> None:
+    import zensical
+
+    start = time.perf_counter()
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_Loader)
+    docs = STAGE / "docs"
+    stage_docs(docs)
+    package, facts = stage_package(docs, config)
+    expand_directives(docs, package, facts)
+    stage_notebooks(docs, package)
+    path, default = stage_config(config, STAGE / "site")  # inside the project's folder
+    staged = time.perf_counter()
+    print(f"staged in {staged - start:.1f} s; building with Zensical", flush=True)
+    warnings = _Warnings()  # Zensical's strict mode misses what Python code logs
+    logging.getLogger().addHandler(warnings)
+    try:
+        zensical.build(str(path), {"clean": True, "strict": True})
+    finally:
+        logging.getLogger().removeHandler(warnings)
+    if warnings.records:  # a failing block (markdown-exec), a bad docstring (mkdocstrings)
+        raise SystemExit("the build logged warnings (strict, as `mkdocs build --strict`):\n"
+                         + "\n".join(warnings.records))  # fmt: skip
+    shutil.rmtree(site, ignore_errors=True)
+    shutil.move(STAGE / "site", site)
+    stamp_pages(site, docs, default)
+    publish_explorers(site.resolve())
+    pages = len(list(site.rglob("index.html")))
+    print(
+        f"Zensical: {pages} pages in {time.perf_counter() - start:.1f} s "
+        f"({time.perf_counter() - staged:.1f} s of it Zensical's)",
+        flush=True,
+    )
+
+
+class _Warnings(logging.Handler):
+    """Every warning Python code logs during the build (MkDocs' `--strict` fails on them)."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(f"{record.name}: {record.getMessage()[:2000]}")
+
+
+class _Loader(yaml.SafeLoader):  # type: ignore[misc]  # yaml: no stubs
+    """mkdocs.yml's `!ENV` and `!!python/name:` tags, kept as written."""
+
+
+_Loader.add_constructor(  # !ENV [NAME, default]
+    "!ENV", lambda loader, node: os.environ.get(*loader.construct_sequence(node))
+)
+_Loader.add_multi_constructor(
+    "tag:yaml.org,2002:python/", lambda loader, suffix, node: f"!!python/{suffix}"
+)
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # attention_site, as under MkDocs (paths: [.])
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "site-zensical")
