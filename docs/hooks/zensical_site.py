@@ -20,7 +20,7 @@ blocks publish the explorer's weights, written and checked in Chromium after the
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import logging
 import os
@@ -30,37 +30,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import yaml
 
+# The hooks' modules, by name: run as a script, this file's folder is first on sys.path.
+build, explorer, gen_api, notebooks, package_hook = (
+    importlib.import_module(name)
+    for name in ("build", "explorer", "gen_api", "notebooks", "package")
+)
+
 ROOT = Path(__file__).resolve().parents[2]
-HOOKS = Path(__file__).resolve().parent
 STAGE = ROOT / "build" / "zensical"
 LEFT_OUT = ("gen-files", "mkdocs-jupyter")  # plugins Zensical does not run: staged instead
-
-
-def hook(name: str) -> ModuleType:
-    """docs/hooks/NAME.py as a module (`hooks.NAME`: no clash with the `build` package)."""
-    key = f"hooks.{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, HOOKS / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
 
 
 def stage_docs(docs: Path) -> None:
     """`docs/` copied (without the hooks), the API pages written, MathJax beside them."""
     shutil.rmtree(docs.parent, ignore_errors=True)
     shutil.copytree(ROOT / "docs", docs, ignore=shutil.ignore_patterns("hooks", "__pycache__"))
-    for path, text in hook("gen_api").api_pages().items():
+    for path, text in gen_api.api_pages().items():
         (docs / path).parent.mkdir(parents=True, exist_ok=True)
         (docs / path).write_text(text, encoding="utf-8")
-    build = hook("build")
     es5 = build._mathjax_dir()
     for part in build.MATHJAX_PARTS:
         source, target = es5 / part, docs / "assets" / "mathjax" / part
@@ -73,7 +64,6 @@ def stage_docs(docs: Path) -> None:
 
 def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The wheel and sdist built into `docs/dist/`; the package hook's `Package` and facts."""
-    package_hook = hook("package")
     wheel, sdist = package_hook.distribution_names(ROOT / "pyproject.toml")
     repository = package_hook.repository_url(config.get("repo_url"), {})
     package = package_hook.Package(wheel, sdist, config.get("site_url"), repository)
@@ -99,7 +89,6 @@ def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, An
 def expand_directives(docs: Path, package: Any, facts: dict[str, Any]) -> None:
     """Every page's `<!-- pycon -->`, `<!-- package -->` and `<!-- exercises -->`, as the
     hooks expand them."""
-    build, package_hook, notebooks = hook("build"), hook("package"), hook("notebooks")
     texts = {
         "install": lambda: package_hook.install_text(package, facts["sizes"]),
         "contents": lambda: package_hook.contents_table(facts["contents"]),
@@ -123,7 +112,6 @@ def stage_notebooks(docs: Path, package: Any) -> None:
     `exercises/NN/`; the `.py` source leaves the pages (Zensical would copy it as a file)."""
     from mkdocs_jupyter.nbconvert2 import nb2html
 
-    notebooks = hook("notebooks")
     executed = STAGE / "executed"
     executed.mkdir(parents=True)
     for source in sorted((docs / "exercises").glob("*.py")):
@@ -179,7 +167,7 @@ def stage_config(config: dict[str, Any], site: Path) -> tuple[Path, str]:
                          and p not in LEFT_OUT]  # fmt: skip
     config["docs_dir"], config["site_dir"] = "docs", str(site)
     config["nav"] = _nav(config["nav"])
-    config["copyright"] = hook("build").build_stamp()  # each page's: stamp_pages
+    config["copyright"] = build.build_stamp()  # each page's: stamp_pages
     path = STAGE / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path, config["copyright"]
@@ -207,14 +195,13 @@ def publish_explorers(site: Path) -> None:
         (site / entry.path).parent.mkdir(parents=True, exist_ok=True)
         (site / entry.path).write_bytes(entry.data)
     if entries:
-        hook("explorer")._check(site, entries)
+        explorer._check(site, entries)
     print(f"explorer: {len(entries)} models written and checked in Chromium", flush=True)
 
 
 def stamp_pages(site: Path, docs: Path, default: str) -> None:
     """Each page's footer as docs/hooks/build.py words it: a page that runs no code says so,
     and a page with stored results (front matter `stored:`) names them."""
-    build = hook("build")
     for page in docs.rglob("*.md"):
         rel = page.relative_to(docs)
         original = ROOT / "docs" / rel

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SPEC = importlib.util.spec_from_file_location(
-    "compare_builds", Path(__file__).parents[1] / "browser" / "compare_builds.py"
-)
-assert SPEC is not None and SPEC.loader is not None
-compare_builds = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(compare_builds)
+from tests.browser import compare_builds
 
 
 def site(root: Path, outputs: dict[str, list[str]], extra: str = "") -> Path:
