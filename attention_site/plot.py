@@ -86,6 +86,7 @@ _RC = {
 _SVG_STYLE = "stroke-linejoin: round; stroke-linecap: butt; max-width: 100%; height: auto"
 
 _TOOLTIPS_ATTR = "_attention_tooltips"  # figure attribute: {gid: tooltip text}
+_LINES_ATTR = "_attention_lines"  # figure attribute: a line chart (data-lines in its SVG)
 _ids = itertools.count()  # unique prefixes across one process (one docs build)
 
 
@@ -482,6 +483,7 @@ def lines(
             fig.legend(loc="outside lower center", ncols=min(3, len(series)))
         elif series:
             ax.legend(loc=legend)  # type: ignore[call-overload]
+    setattr(fig, _LINES_ATTR, True)  # on a phone it keeps a legible width (extra.css)
     return fig
 
 
@@ -628,7 +630,8 @@ def svg(fig: Figure) -> str:
     axes_titles = [fig.get_suptitle()] if fig.get_suptitle() else axes_titles
     if axes_titles:
         aria = f' aria-label="{escape(axes_titles[0])}"'
-    root = f'<svg class="attention-figure" role="img"{aria} style="{_SVG_STYLE}" '
+    kind = ' data-lines="1"' if getattr(fig, _LINES_ATTR, False) else ""
+    root = f'<svg class="attention-figure"{kind} role="img"{aria} style="{_SVG_STYLE}" '
     return text.replace("<svg ", root, 1)
 
 
