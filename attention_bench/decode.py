@@ -139,7 +139,7 @@ def decode_rows(
     n_prompt, n_new = prompt_tokens, new_tokens
     contenders = [our_contender(model, n_prompt + n_new)]
     if device.type == "cuda":
-        contenders.append(graphed_contender(model, n_prompt + n_new, n_new))
+        contenders.append(graphed_contender(model, n_prompt + n_new))
     missing = hf_gpt2.missing()
     if hf and missing is None:
         contenders.append(hf_contender(model))

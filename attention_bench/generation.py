@@ -61,7 +61,7 @@ def our_contender(model: GPTModel, max_tokens: int) -> Contender:
                      lambda idx, n: generate(model, idx, n, static=False))  # fmt: skip
 
 
-def graphed_contender(model: GPTModel, max_tokens: int, new_tokens: int) -> Contender:
+def graphed_contender(model: GPTModel, max_tokens: int) -> Contender:
     """Ours with the static decode step ([`StaticDecode`][attention.model.decode.StaticDecode]):
     on CUDA recorded in one graph at its second step and replayed after; `generate` with
     `static=True`."""
@@ -69,7 +69,7 @@ def graphed_contender(model: GPTModel, max_tokens: int, new_tokens: int) -> Cont
     def prefill(prompt: Tensor) -> tuple[Tensor, Any]:
         caches = model.init_caches(prompt.shape[0], max_tokens)
         logits = model(prompt, caches=caches)
-        return logits, StaticDecode(model, caches, new_tokens)
+        return logits, StaticDecode(model, caches)
 
     def step(token: Tensor, decoder: Any) -> tuple[Tensor, Any]:
         return decoder(token)[:, None], decoder  # (b, 1, vocab)

@@ -16,11 +16,11 @@ key a step, and finds slots from host integers. The **static step** (gpt-fast's)
   position below 0 is never visible), so the kernel sees `(b, h_kv, slots, d_h)` at every
   step;
 - each row's position is a device tensor `(b, 1)`, advanced on the device at the step's end;
-  the position embedding and RoPE's angles are looked up from it;
+  the model's own `logits` takes it, for the position embedding and RoPE's angles;
 - nothing is read on the host and no Python branch depends on a value.
 
-It runs through each block's own forward (`block(x, cache, positions=..., angles=...)`), so
-its result is the model's; on CUDA it is recorded once per generation, after one step
+It is the model's own computation ([`GPTModel.logits`][attention.model.gpt.GPTModel.logits]
+with `positions=`), through each block's forward, so its result is the model's; on CUDA it is recorded once per generation, after one step
 that warms the kernels up, and replayed for every later step. Sampling stays outside the
 graph: the same code chooses the next token from the same logits, so a seeded generator
 draws the same tokens.
@@ -37,7 +37,7 @@ Examples:
     >>> ids = torch.randint(0, 50, (1, 6))
     >>> caches = model.init_caches(batch_size=1)
     >>> _ = model(ids[:, :5], caches)  # the prefill: tokens 0..4
-    >>> step = StaticDecode(model, caches, max_new_tokens=1)
+    >>> step = StaticDecode(model, caches)
     >>> logits = step(ids[:, 5:])  # token 5, over all 16 slots: (1, vocab)
     >>> torch.allclose(logits, model(ids)[:, -1], atol=1e-5)
     True
@@ -70,7 +70,6 @@ class StaticDecode:
     Args:
         model: the `GPTModel` whose `caches` the prefill filled.
         caches: its caches (one per block), all holding the same tokens.
-        max_new_tokens: the most steps it will run (RoPE's table must cover their positions).
         graph: record the step in a CUDA graph (default: on CUDA).
 
     Calling it with the next token of every row `(b, 1)` returns the logits after it
@@ -79,13 +78,7 @@ class StaticDecode:
     next call. A hook on a block runs when the step is recorded, not at each replay.
     """
 
-    def __init__(
-        self,
-        model: GPTModel,
-        caches: list[KVCache],
-        max_new_tokens: int,
-        graph: bool | None = None,
-    ) -> None:
+    def __init__(self, model: GPTModel, caches: list[KVCache], graph: bool | None = None) -> None:
         first = caches[0]
         device = first.keys.device
         self.model, self.caches = model, caches
@@ -94,7 +87,6 @@ class StaticDecode:
         self.positions = torch.full((first.batch_size, 1), first.length, device=device)
         if first.pads is not None:
             self.positions -= first.pads[:, None]
-        self.end = first.length + max_new_tokens  # every position it reaches is below this
         self.token = torch.zeros(first.batch_size, 1, dtype=torch.long, device=device)
         self.graph_on = device.type == "cuda" if graph is None else graph
         self.steps = 0
@@ -103,15 +95,8 @@ class StaticDecode:
 
     def step(self) -> Tensor:
         """One token per row (`self.token`) through the model: `(b, vocab_size)` logits."""
-        model, positions = self.model, self.positions
-        x = model.embed(self.token, positions=positions)  # (b, 1, emb_dim)
-        angles = None  # RoPE's cos and sin at each row's position, for every block
-        if model.rotary is not None:
-            angles = model.rotary.at(self.end - 1, 1, positions, x.device, x.dtype)
-        for block, cache in zip(model.trf_blocks, self.static, strict=True):
-            x = block(x, cache, positions=positions, angles=angles)  # (b, 1, emb_dim)
-        logits: Tensor = model.out_head(model.final_norm(x))[:, -1]  # (b, vocab_size)
-        positions.add_(1)  # the next step's, on the device
+        logits = self.model.logits(self.token, self.static, positions=self.positions)[:, -1]
+        self.positions.add_(1)  # the next step's, on the device
         return logits
 
     def __call__(self, token: Tensor) -> Tensor:

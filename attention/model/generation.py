@@ -289,12 +289,9 @@ class _Cached:
                                            attention_mask=None if mask is None
                                            else mask[:, lo:hi])  # fmt: skip
             return logits[:, -1]  # (b, vocab)
-        if self.static:  # decode, static shapes: the steps left before the caches are full
+        if self.static:  # decode, static shapes, until the caches are full (then: refill)
             if self.decoder is None:
-                room = self.batch.limit - self.batch.length + 1  # steps left, this one too
-                if not self.unbounded:  # until the caches are full
-                    room = min(room, self.context_size - self.caches[0].length)
-                self.decoder = StaticDecode(self.model, self.caches, room)
+                self.decoder = StaticDecode(self.model, self.caches)
             return self.decoder(token)
         return self.model.logits(token, self.caches)[:, -1]  # decode: (b, vocab)
 

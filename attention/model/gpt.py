@@ -387,6 +387,7 @@ class GPTModel(nn.Module):
         last_only: bool = False,
         attention_mask: Tensor | None = None,
         document_ids: Tensor | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """The forward's computation, without its checks (for `generate`, and compiling).
 
@@ -397,10 +398,14 @@ class GPTModel(nn.Module):
                 vocab_size)`: all a prefill needs of its logits.
             attention_mask: `(batch, num_tokens)`, 1 for a token, 0 for padding, or None.
             document_ids: `(batch, num_tokens)` packed documents' ids, or None.
+            positions: `(batch, num_tokens)` each row's positions, kept on the device by a
+                static decode step ([`StaticDecode`][attention.model.decode.StaticDecode]);
+                default: counted from the caches and the mask.
         """
         start = 0 if caches is None else caches[0].length
         pad = None if attention_mask is None else attention_mask == 0  # (b, T): True = padding
-        positions = self.positions(in_idx.shape[1], start, caches, pad)  # (b, T) | None
+        if positions is None:
+            positions = self.positions(in_idx.shape[1], start, caches, pad)  # (b, T) | None
         x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
         angles = None  # RoPE's cos and sin at these positions: once, for every block
         if self.rotary is not None:

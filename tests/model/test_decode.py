@@ -21,8 +21,9 @@ from attention.layer.testing import sdpa_calls
 from attention.model.decode import StaticDecode, supports_static
 from attention.model.generation import generate, pad_prompts, stream
 from attention.model.gpt import GPTModel
+from tests.model.test_generation import VOCAB
+from tests.model.test_generation import gpt as generation_gpt
 
-VOCAB = 61
 VARIANTS = {
     "gpt2": {},
     "rope, gqa": {"rope_base": 10000.0, "n_kv_heads": 2},
@@ -32,10 +33,8 @@ VARIANTS = {
 
 
 def gpt(device: torch.device | str = "cpu", **extra: Any) -> GPTModel:
-    cfg = {"vocab_size": VOCAB, "context_length": 40, "emb_dim": 32, "n_heads": 4,
-           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": True, **extra}  # fmt: skip
-    torch.manual_seed(0)
-    return GPTModel(cfg).eval().to(device)
+    """test_generation's model with a context of 40, on `device`."""
+    return generation_gpt(context_length=40, **extra).to(device)
 
 
 def batch(device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,7 +75,7 @@ def test_each_static_step_equals_the_float64_sequence_recomputed(
     caches = model.init_caches(3, 40)
     with torch.no_grad():
         model(idx, caches, attention_mask=mask)
-        decoder = StaticDecode(model, caches, max_new_tokens=12)
+        decoder = StaticDecode(model, caches)
         tokens = torch.randint(0, VOCAB, (3, 12), device=device)
         steps = torch.stack([decoder(tokens[:, i : i + 1]).clone() for i in range(12)], 1)
         reference = model.double()
@@ -110,7 +109,7 @@ def test_a_static_step_reads_no_tensor_value(extra: dict[str, Any]) -> None:
         ids = torch.zeros(2, 5, dtype=torch.long)
     with torch.no_grad():
         model.logits(ids, caches)
-        decoder = StaticDecode(model, caches, max_new_tokens=3, graph=False)
+        decoder = StaticDecode(model, caches, graph=False)
         assert decoder(ids[:, :1]).shape == (2, VOCAB)
         assert decoder(ids[:, :1]).shape == (2, VOCAB)
     assert caches[0].length == 7
@@ -206,7 +205,7 @@ def test_on_cuda_the_step_is_recorded_once_and_replayed() -> None:
     ids = torch.randint(0, VOCAB, (1, 8), device="cuda")
     with torch.no_grad():
         model(ids[:, :4], caches)
-        decoder = StaticDecode(model, caches, max_new_tokens=4)
+        decoder = StaticDecode(model, caches)
         logits = [decoder(ids[:, i : i + 1]).clone() for i in range(4, 8)]
         assert decoder._graph is not None  # the first step warmed up, the second recorded
         want = model(ids)[0, 4:]
