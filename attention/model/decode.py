@@ -20,8 +20,9 @@ key a step, and finds slots from host integers. The **static step** (gpt-fast's)
 - nothing is read on the host and no Python branch depends on a value.
 
 It is the model's own computation ([`GPTModel.logits`][attention.model.gpt.GPTModel.logits]
-with `positions=`), through each block's forward, so its result is the model's; on CUDA it is recorded once per generation, after one step
-that warms the kernels up, and replayed for every later step. Sampling stays outside the
+with `positions=`), through each block's forward, so its result is the model's. On CUDA it
+is recorded once per generation, after one step that warms the kernels up, and replayed for
+every later step. Sampling stays outside the
 graph: the same code chooses the next token from the same logits, so a seeded generator
 draws the same tokens.
 
@@ -82,7 +83,7 @@ class StaticDecode:
         first = caches[0]
         device = first.keys.device
         self.model, self.caches = model, caches
-        self.static = [StaticCache.of(cache) for cache in caches]
+        self.static: list[KVCache] = [StaticCache.of(cache) for cache in caches]
         # each row's next position: its tokens so far, padding excluded; (b, 1) on the device
         self.positions = torch.full((first.batch_size, 1), first.length, device=device)
         if first.pads is not None:
