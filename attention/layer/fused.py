@@ -124,13 +124,14 @@ def plan(
         'flex'
     """
     chosen = _sdpa_plan(rule, num_tokens, num_keys, start, in_order, per_row, score_mods, sink)
-    flexed = flex and chosen.kind in _FLEX_TAKES and not _one_row(num_tokens, score_mods)
-    return _FLEX if flexed else chosen
+    return _FLEX if flex and _flex_takes(chosen.kind, num_tokens, score_mods) else chosen
 
 
-def _one_row(num_tokens: int, score_mods: Sequence[ScoreMod]) -> bool:
-    """One query whose modifiers SDPA's mask can carry: it keeps SDPA, not FlexAttention."""
-    return num_tokens == 1 and all(mod.bias is not None for mod in score_mods)
+def _flex_takes(kind: str, num_tokens: int, score_mods: Sequence[ScoreMod]) -> bool:
+    """Whether FlexAttention takes a call SDPA would make as `kind`: the explicit path, blocks
+    or a mask, but not one query whose modifiers SDPA's mask can carry (a decode step)."""
+    one_row = num_tokens == 1 and all(mod.bias is not None for mod in score_mods)
+    return kind in _FLEX_TAKES and not one_row
 
 
 def _sdpa_plan(
@@ -220,7 +221,7 @@ def fused_attention(
     if q_pos is None and (k_pos is None or k_pos.ndim == 1):  # one set of positions: plan()
         choice = _sdpa_plan(rule, num_tokens, num_keys, start, k_pos is None, q_seg is not None,
                             score_mods, sink_logits is not None).kind  # fmt: skip
-    if flex and choice in _FLEX_TAKES and not _one_row(num_tokens, score_mods):
+    if flex and _flex_takes(choice, num_tokens, score_mods):
         choice = "flex"
     if choice == "flex":
         return flex_attention.attend(queries, keys, values, rule, start=start, q_pos=q_pos,
