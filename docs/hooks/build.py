@@ -107,21 +107,22 @@ def _mathjax_dir() -> Path:
     return es5
 
 
-def on_files(files: Files, config: MkDocsConfig) -> Files:
+def mathjax_files() -> tuple[Path, list[str]]:
+    """MathJax's es5 folder, and the files the site serves from it (`assets/mathjax/...`)."""
     es5 = _mathjax_dir()
+    rels = []
     for part in MATHJAX_PARTS:
         paths = [es5 / part] if (es5 / part).is_file() else sorted((es5 / part).rglob("*"))
-        for path in filter(Path.is_file, paths):
-            rel = path.relative_to(es5).as_posix()
-            files.append(
-                File(
-                    rel,
-                    src_dir=str(es5),
-                    dest_dir=config["site_dir"],
-                    use_directory_urls=config["use_directory_urls"],
-                    dest_uri=f"assets/mathjax/{rel}",
-                )
-            )
+        rels += [path.relative_to(es5).as_posix() for path in filter(Path.is_file, paths)]
+    return es5, rels
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    es5, rels = mathjax_files()
+    for rel in rels:
+        files.append(File(rel, src_dir=str(es5), dest_dir=config["site_dir"],
+                          use_directory_urls=config["use_directory_urls"],
+                          dest_uri=f"assets/mathjax/{rel}"))  # fmt: skip
     return files
 
 
@@ -178,13 +179,22 @@ def run_pycon(source: str, name: str) -> str:
     return "```pycon\n" + "\n".join(lines) + "\n```"
 
 
-def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    notebook = page.file.src_uri.endswith((".py", ".ipynb"))  # executed by notebooks.py
-    runs = _EXECUTED.search(markdown) or _DIRECTIVE.search(markdown)
-    page.meta["computed"] = notebook or runs is not None
+def computes(markdown: str, notebook: bool = False) -> bool:
+    """Does a page compute anything (an executed block, a console transcript, a notebook)?"""
+    return notebook or bool(_EXECUTED.search(markdown) or _DIRECTIVE.search(markdown))
+
+
+def expand_pycon(markdown: str) -> str:
+    """Each `<!-- pycon: PATH#NAME -->` replaced by that section run as a console session."""
 
     def replace(match: re.Match[str]) -> str:
         where = f"{match['path']}#{match['name']}"
         return run_pycon(section(ROOT / match["path"], match["name"]), where)
 
     return _DIRECTIVE.sub(replace, markdown)
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    notebook = page.file.src_uri.endswith((".py", ".ipynb"))  # executed by notebooks.py
+    page.meta["computed"] = computes(markdown, notebook)
+    return expand_pycon(markdown)

@@ -142,15 +142,21 @@ def _judge(entry: Any, errors: list[list[float]]) -> None:
         )
 
 
-def on_post_build(config: MkDocsConfig) -> None:
+def publish(site: Path) -> int:
+    """The explorers' weights the pages published, written into `site` and checked in
+    Chromium against PyTorch; how many."""
     from attention_site.explorer import published
 
     entries = list(published())
     published().clear()
-    site = Path(config.site_dir)
     for entry in entries:
         target = site / entry.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(entry.data)
     if entries:
         _check(site, entries)
+    return len(entries)
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    publish(Path(config.site_dir))

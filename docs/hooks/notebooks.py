@@ -337,13 +337,16 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     target.mkdir(parents=True, exist_ok=True)
     install = install_cell(_package(config), draws=_draws(source))
     write_downloads(source, target, config.get("site_url"), install)
-    stem, blank = source.stem, f"{source.stem}_no_solutions.ipynb"
-    links = (
-        f'<p class="notebook-downloads">Download this exercise: <a href="{blank}" download>'
-        f"{blank}</a> (Jupyter, the questions only), "
-        f'<a href="{stem}.ipynb" download>{stem}.ipynb</a> (with the solutions) or '
-        f'<a href="{source.name}" download>{source.name}</a> (jupytext percent format). '
-        f"The outputs below were computed while the site was built; each solution is folded "
-        f"under its question.</p>"
+    return download_links(source.stem) + fold_solutions(_SITE_LINK.sub(site_link, html))
+
+
+def download_links(stem: str, folder: str = "") -> str:
+    """The paragraph above an exercise's page: its three downloads, in `folder` (`"NN/"`)."""
+    blank = f"{stem}_no_solutions.ipynb"
+    return (
+        f'<p class="notebook-downloads">Download this exercise: <a href="{folder}{blank}" '
+        f'download>{blank}</a> (Jupyter, the questions only), <a href="{folder}{stem}.ipynb" '
+        f'download>{stem}.ipynb</a> (with the solutions) or <a href="{folder}{stem}.py" '
+        f"download>{stem}.py</a> (jupytext percent format). The outputs below were computed "
+        "while the site was built; each solution is folded under its question.</p>"
     )
-    return links + fold_solutions(_SITE_LINK.sub(site_link, html))

@@ -161,13 +161,7 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     config.extra["package"] = package.as_extra()
     work = Path(tempfile.mkdtemp(prefix="attention-dist-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.py[cod]", "*.egg-info")
-    (work / "src").mkdir()
-    for name in SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, work / "src" / name, ignore=ignore)
-        else:
-            shutil.copy2(ROOT / name, work / "src" / name)
+    copy_sources(work / "src")
     (work / "site" / DIST).mkdir(parents=True)
     with open(work / "build.log", "w", encoding="utf-8") as output:
         process = subprocess.Popen(
@@ -176,6 +170,17 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
         )  # fmt: skip
     _builds.append(_Build(package, process, work, time.perf_counter()))
     return config
+
+
+def copy_sources(target: Path) -> None:
+    """What the distributions are built from (`SOURCES`), copied into `target`."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.py[cod]", "*.egg-info")
+    target.mkdir(parents=True)
+    for name in SOURCES:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, target / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, target / name)
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
@@ -253,19 +258,25 @@ def source_text(package: Package) -> str:
     )
 
 
-def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """`<!-- package: install -->`, `<!-- package: contents -->`, `<!-- package: source -->`."""
-    build = _builds[-1]
+def expand(markdown: str, package: Package, sizes: dict[str, int],
+           contents: dict[str, tuple[int, int]], where: str) -> str:  # fmt: skip
+    """`<!-- package: install -->`, `<!-- package: contents -->`, `<!-- package: source -->`
+    of the page `where`, written out."""
     directives = {
-        "install": lambda: install_text(build.package, build.sizes),
-        "contents": lambda: contents_table(build.contents),
-        "source": lambda: source_text(build.package),
+        "install": lambda: install_text(package, sizes),
+        "contents": lambda: contents_table(contents),
+        "source": lambda: source_text(package),
     }
 
     def replace(match: re.Match[str]) -> str:
         if match["name"] not in directives:
-            raise PluginError(f"{page.file.src_uri}: no <!-- package: {match['name']} -->; "
+            raise PluginError(f"{where}: no <!-- package: {match['name']} -->; "
                               f"there are {', '.join(directives)}")  # fmt: skip
         return directives[match["name"]]()
 
     return _DIRECTIVE.sub(replace, markdown)
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    build = _builds[-1]
+    return expand(markdown, build.package, build.sizes, build.contents, page.file.src_uri)

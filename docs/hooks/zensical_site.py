@@ -52,14 +52,10 @@ def stage_docs(docs: Path) -> None:
     for path, text in gen_api.api_pages().items():
         (docs / path).parent.mkdir(parents=True, exist_ok=True)
         (docs / path).write_text(text, encoding="utf-8")
-    es5 = build._mathjax_dir()
-    for part in build.MATHJAX_PARTS:
-        source, target = es5 / part, docs / "assets" / "mathjax" / part
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_file():
-            shutil.copy2(source, target)
-        else:
-            shutil.copytree(source, target)
+    es5, rels = build.mathjax_files()
+    for rel in rels:
+        (docs / "assets" / "mathjax" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(es5 / rel, docs / "assets" / "mathjax" / rel)
 
 
 def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -70,13 +66,7 @@ def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, An
     out = docs / package_hook.DIST
     out.mkdir(parents=True)
     work = STAGE / "src"
-    work.mkdir()
-    for name in package_hook.SOURCES:
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, work / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))  # fmt: skip
-        else:
-            shutil.copy2(ROOT / name, work / name)
+    package_hook.copy_sources(work)
     subprocess.run([sys.executable, "-c", package_hook.BUILD, str(out)], cwd=work, check=True,
                    capture_output=True)  # fmt: skip
     facts = {
@@ -89,19 +79,10 @@ def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, An
 def expand_directives(docs: Path, package: Any, facts: dict[str, Any]) -> None:
     """Every page's `<!-- pycon -->`, `<!-- package -->` and `<!-- exercises -->`, as the
     hooks expand them."""
-    texts = {
-        "install": lambda: package_hook.install_text(package, facts["sizes"]),
-        "contents": lambda: package_hook.contents_table(facts["contents"]),
-        "source": lambda: package_hook.source_text(package),
-    }
     for page in docs.rglob("*.md"):
         text = page.read_text(encoding="utf-8")
-        new = build._DIRECTIVE.sub(
-            lambda m: build.run_pycon(build.section(ROOT / m["path"], m["name"]),
-                                      f"{m['path']}#{m['name']}"),
-            text,
-        )  # fmt: skip
-        new = package_hook._DIRECTIVE.sub(lambda m: texts[m["name"]](), new)
+        new = package_hook.expand(build.expand_pycon(text), package, facts["sizes"],
+                                  facts["contents"], str(page.relative_to(docs)))  # fmt: skip
         new = new.replace("<!-- exercises -->", notebooks.exercise_table(docs))
         if new != text:
             page.write_text(new, encoding="utf-8")
@@ -137,24 +118,13 @@ def stage_notebooks(docs: Path, package: Any) -> None:
             f"title: {json.dumps(title[1] if title else source.stem)}",
             "---",
             "",
-            _download_links(source.stem),
+            notebooks.download_links(source.stem, f"{source.stem}/"),
             "",
             notebooks.fold_solutions(html),
         ]
         (docs / "exercises" / f"{source.stem}.md").write_text("\n".join(page), encoding="utf-8")
         source.unlink()
     notebooks._stop_kernel()
-
-
-def _download_links(stem: str) -> str:
-    blank = f"{stem}_no_solutions.ipynb"
-    return (
-        f'<p class="notebook-downloads">Download this exercise: <a href="{stem}/{blank}" '
-        f'download>{blank}</a> (Jupyter, the questions only), <a href="{stem}/{stem}.ipynb" '
-        f'download>{stem}.ipynb</a> (with the solutions) or <a href="{stem}/{stem}.py" '
-        f"download>{stem}.py</a> (jupytext percent format). The outputs below were computed "
-        "while the site was built; each solution is folded under its question.</p>"
-    )
 
 
 def stage_config(config: dict[str, Any], site: Path) -> tuple[Path, str]:
@@ -184,21 +154,6 @@ def _nav(nav: Any) -> Any:
     return nav
 
 
-def publish_explorers(site: Path) -> None:
-    """The explorers' weights the pages published, written into the site and checked in
-    Chromium against PyTorch (docs/hooks/explorer.py)."""
-    from attention_site.explorer import published
-
-    entries = list(published())
-    published().clear()
-    for entry in entries:
-        (site / entry.path).parent.mkdir(parents=True, exist_ok=True)
-        (site / entry.path).write_bytes(entry.data)
-    if entries:
-        explorer._check(site, entries)
-    print(f"explorer: {len(entries)} models written and checked in Chromium", flush=True)
-
-
 def stamp_pages(site: Path, docs: Path, default: str) -> None:
     """Each page's footer as docs/hooks/build.py words it: a page that runs no code says so,
     and a page with stored results (front matter `stored:`) names them."""
@@ -207,9 +162,7 @@ def stamp_pages(site: Path, docs: Path, default: str) -> None:
         original = ROOT / "docs" / rel
         source = (original if original.exists() else page).read_text(encoding="utf-8")
         notebook = (ROOT / "docs" / rel.with_suffix(".py")).exists()
-        computed = notebook or bool(
-            build._EXECUTED.search(source) or build._DIRECTIVE.search(source)
-        )
+        computed = build.computes(source, notebook)
         meta = re.match(r"---\n(.*?)\n---\n", source, re.DOTALL)
         stored = yaml.safe_load(meta[1]).get("stored") if meta else None
         folder = rel.parent if rel.stem == "index" else rel.with_suffix("")
@@ -246,7 +199,8 @@ def main(site: Path) -> None:
     shutil.rmtree(site, ignore_errors=True)
     shutil.move(STAGE / "site", site)
     stamp_pages(site, docs, default)
-    publish_explorers(site.resolve())
+    count = explorer.publish(site.resolve())  # the explorers' weights, checked in Chromium
+    print(f"explorer: {count} models written and checked in Chromium", flush=True)
     pages = len(list(site.rglob("index.html")))
     print(
         f"Zensical: {pages} pages in {time.perf_counter() - start:.1f} s "
