@@ -23,9 +23,17 @@ Three things FlexAttention does not do by itself, done here:
   $e^{s_j} / (e^{z_h} + \sum_{j'} e^{s_{j'}})$ are the kernel's times
   $\sigma(\ell - z_h)$, so the output is scaled by it.
 
-Block masks are kept (at most [`KEEP`][attention.layer.flex.KEEP]) per mask, shape, start and
-device, so every layer and step of one shape builds it once; a mask of tensors (positions,
-segments) is kept while those very tensors are passed again (one model call's layers).
+A block mask is built from the mask's **data**: with the batch always (a mask may read `b`,
+as Hugging Face's always get it), the heads where a mask is not one of the built-ins of
+positions, and kept for reuse (at most [`KEEP`][attention.layer.flex.KEEP]) only where reuse
+is provably right: a built-in mask of positions (its key says everything it computes), over
+the very position and document tensors it was built from, unchanged since (their version
+counters). A user's mask, or `documents(ids)`, may close over tensors this module cannot see
+change: its block mask is built for each call.
+
+FlexAttention compiles on CUDA. [`use`][attention.layer.flex.use] turns it on for another
+device type too: compiled FlexAttention runs on the CPU and skips tiles there as on CUDA,
+which is how the tests check tile skipping without a GPU.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -41,23 +50,45 @@ from torch import Tensor
 
 from attention.layer.masks import Mask
 from attention.layer.score_mods import ScoreMod
+from attention.layer.tokens import Tokens
 
-__all__ = ["DEVICES", "KEEP", "attend", "block_mask", "usable"]
+__all__ = ["DEVICES", "KEEP", "attend", "block_mask", "usable", "use"]
 
 DEVICES = frozenset({"cuda"})
-"""The device types on which the planner uses FlexAttention."""
+"""The device types on which the planner uses FlexAttention, compiled, by default."""
 
 KEEP = 32
 """Block masks kept at once (the oldest is dropped first)."""
 
+_ON: set[str] = set(DEVICES)  # where the planner uses it now (see `use`)
 _BLOCK_MASKS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _KERNELS: dict[str, Callable[..., Any]] = {}
 
 
+@contextmanager
+def use(device_type: str) -> Iterator[None]:
+    """Within it, the planner sends calls on `device_type` to compiled FlexAttention too.
+
+    Examples:
+        >>> with use("cpu"):  # compiled FlexAttention on the CPU (each mask compiles once)
+        ...     usable(torch.device("cpu"), 0.0)
+        True
+        >>> usable(torch.device("cpu"), 0.0)
+        False
+    """
+    added = device_type not in _ON
+    _ON.add(device_type)
+    try:
+        yield
+    finally:
+        if added:
+            _ON.discard(device_type)
+
+
 def usable(device: torch.device, dropout_p: float) -> bool:
-    """Whether a call on `device` goes to FlexAttention: one of `DEVICES`, no dropout (the
-    kernel has none), and a torch that has it."""
-    return device.type in DEVICES and dropout_p == 0.0 and _flex() is not None
+    """Whether a call on `device` goes to FlexAttention: one of the devices in use (`DEVICES`,
+    or added by `use`), no dropout (the kernel has none), and a torch that has it."""
+    return device.type in _ON and dropout_p == 0.0 and _flex() is not None  # device first: cheap
 
 
 def _flex() -> Any:
@@ -75,36 +106,39 @@ def _unfused(*args: Any, **kwargs: Any) -> Any:
         return _flex().flex_attention(*args, **kwargs)
 
 
+def _compiled(device: torch.device) -> bool:
+    return device.type in _ON
+
+
 def _kernel(device: torch.device) -> Callable[..., Any]:
-    """FlexAttention compiled once per device type (CUDA); unfused (eager) elsewhere."""
-    if device.type != "cuda":
+    """FlexAttention compiled once per device type where it is in use; unfused elsewhere."""
+    if not _compiled(device):
         return _unfused
-    flex = _flex().flex_attention
-    if "cuda" not in _KERNELS:
-        _KERNELS["cuda"] = torch.compile(flex, dynamic=False)
-    return _KERNELS["cuda"]
+    if device.type not in _KERNELS:
+        _KERNELS[device.type] = torch.compile(_flex().flex_attention, dynamic=False)
+    return _KERNELS[device.type]
 
 
-def _lookup(pos: Tensor | None, start: int) -> Callable[[Tensor, Tensor], Tensor]:
-    """`idx` -> the position it stands for: `start + idx`, or `pos[idx]` (`pos[b, idx]`)."""
-    if pos is None:
-        return lambda b, idx: idx + start
-    if pos.ndim == 1:
-        return lambda b, idx: pos[idx]
-    return lambda b, idx: pos[b, idx]
+def _lookup(line: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """`idx` -> the position it stands for: `line[idx]`, or `line[b, idx]` per row."""
+    if line.ndim == 1:
+        return lambda b, idx: line[idx]
+    return lambda b, idx: line[b, idx]
 
 
-def _mask_mod(
-    rule: Mask, q_at: Callable[..., Tensor], k_at: Callable[..., Tensor],
-    q_seg: Tensor | None, k_seg: Tensor | None,
-) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:  # fmt: skip
-    """FlexAttention's `mask_mod` over indices: the rule at positions, segments, no empties."""
+def _mask_mod(rule: Mask, q: Tokens, k: Tokens) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+    """FlexAttention's `mask_mod` over indices: the rule at positions, documents, no empties."""
+    q_at, k_at = _lookup(q.line), _lookup(k.line)
+    q_docs, k_docs = q.docs, k.docs
+    if (q_docs is None) != (k_docs is None):  # one side in one document: id 0
+        q_docs = q.pos.new_zeros(q.batch, q.n) if q_docs is None else q_docs
+        k_docs = k.pos.new_zeros(k.batch, k.n) if k_docs is None else k_docs
 
     def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        q, kv = q_at(b, q_idx), k_at(b, kv_idx)  # positions; below 0: an empty slot
-        seen: Tensor = rule.fn(b, h, q.clamp(min=0), kv.clamp(min=0)) & (kv >= 0) & (q >= 0)
-        if q_seg is not None and k_seg is not None:  # documents, padding: -1
-            seen = seen & (q_seg[b, q_idx] == k_seg[b, kv_idx]) & (k_seg[b, kv_idx] >= 0)
+        qp, kp = q_at(b, q_idx), k_at(b, kv_idx)  # positions; below 0: no token
+        seen: Tensor = rule.fn(b, h, qp.clamp(min=0), kp.clamp(min=0)) & (kp >= 0) & (qp >= 0)
+        if q_docs is not None and k_docs is not None:
+            seen = seen & (q_docs[b, q_idx] == k_docs[b, kv_idx])
         return seen
 
     return mask_mod
@@ -118,57 +152,44 @@ def _positional(key: object) -> bool:
             and _positional(key[1]) and _positional(key[2]))  # fmt: skip
 
 
-def block_mask(
-    rule: Mask,
-    shape: tuple[int, int, int, int],
-    device: torch.device,
-    *,
-    start: int = 0,
-    q_pos: Tensor | None = None,
-    k_pos: Tensor | None = None,
-    q_seg: Tensor | None = None,
-    k_seg: Tensor | None = None,
-) -> Any:
-    """FlexAttention's `BlockMask` for `rule` on `shape` = `(b, h, T, S)`, kept for reuse.
+def block_mask(rule: Mask, q: Tokens, k: Tokens, num_heads: int) -> Any:
+    """FlexAttention's `BlockMask` for `rule` between `q` and `k`, kept where provably reusable.
 
     Examples:
         >>> from attention.layer.masks import causal, window
-        >>> bm = block_mask(causal() & window(128), (1, 1, 1024, 1024), torch.device("cpu"))
+        >>> line = Tokens(1, 1024, torch.device("cpu"), start=0)
+        >>> bm = block_mask(causal() & window(128), line, line, num_heads=1)
         >>> bm.shape, round(bm.sparsity())  # percent of the tiles skipped
         ((1, 1, 1024, 1024), 77)
     """
-    b, h, num_tokens, num_keys = shape
-    tensors = tuple(t for t in (q_pos, k_pos, q_seg, k_seg) if t is not None)
-    same_everywhere = _positional(rule.key) and q_seg is None and all(
-        t.ndim == 1 for t in tensors)  # fmt: skip
-    batch, heads = (None, None) if same_everywhere else (b, h)
-    key = (rule.key, start, num_tokens, num_keys, batch, heads, str(device),
+    positional = _positional(rule.key)
+    heads = None if positional else num_heads
+    tensors = tuple(t for t in (q.given, k.given, q.docs, k.docs) if t is not None)
+    key = (rule.key, q.start, k.start, q.n, k.n, q.batch, heads, str(q.device),
            tuple((id(t), t._version) for t in tensors))  # fmt: skip
-    kept = _BLOCK_MASKS.get(key)
+    kept = _BLOCK_MASKS.get(key) if positional else None
     if kept is not None and all(ref() is t for ref, t in zip(kept[0], tensors, strict=True)):
         _BLOCK_MASKS.move_to_end(key)
         return kept[1]
-    mod = _mask_mod(rule, _lookup(q_pos, start), _lookup(k_pos, 0), q_seg, k_seg)
-    made = _flex().create_block_mask(
-        mod, batch, heads, num_tokens, num_keys, device=device, _compile=device.type == "cuda"
-    )  # long: not T x S at once
-    _BLOCK_MASKS[key] = (tuple(weakref.ref(t) for t in tensors), made)
-    while len(_BLOCK_MASKS) > KEEP:
-        _BLOCK_MASKS.popitem(last=False)
+    made = _flex().create_block_mask(_mask_mod(rule, q, k), q.batch, heads, q.n, k.n,
+                                     device=q.device, _compile=_compiled(q.device))  # fmt: skip
+    if positional:
+        _BLOCK_MASKS[key] = (tuple(weakref.ref(t) for t in tensors), made)
+        while len(_BLOCK_MASKS) > KEEP:
+            _BLOCK_MASKS.popitem(last=False)
     return made
 
 
-def _score_mod(
-    score_mods: Sequence[ScoreMod], q_at: Callable[..., Tensor], k_at: Callable[..., Tensor]
-) -> Callable[..., Tensor] | None:
+def _score_mod(score_mods: Sequence[ScoreMod], q: Tokens, k: Tokens) -> Callable[..., Tensor] | None:
     """The modifiers in list order, as one FlexAttention `score_mod` over indices."""
     if not score_mods:
         return None
+    q_at, k_at = _lookup(q.line), _lookup(k.line)
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        q, kv = q_at(b, q_idx).clamp(min=0), k_at(b, kv_idx).clamp(min=0)
+        qp, kp = q_at(b, q_idx).clamp(min=0), k_at(b, kv_idx).clamp(min=0)
         for mod in score_mods:
-            score = mod.fn(score, b, h, q, kv)
+            score = mod.fn(score, b, h, qp, kp)
         return score
 
     return score_mod
@@ -179,39 +200,45 @@ def attend(
     keys: Tensor,
     values: Tensor,
     rule: Mask,
+    q: Tokens,
+    k: Tokens,
     *,
-    start: int = 0,
-    q_pos: Tensor | None = None,
-    k_pos: Tensor | None = None,
-    q_seg: Tensor | None = None,
-    k_seg: Tensor | None = None,
     scale: float | None = None,
     sink_logits: Tensor | None = None,
     score_mods: Sequence[ScoreMod] = (),
 ) -> Tensor:
     r"""Attention of `(b, h, T, d)` queries over `(b, h_kv, S, d)` keys on FlexAttention.
 
-    Arguments as [`fused_attention`][attention.layer.fused.fused_attention]'s (no padding to
-    compact, no dropout). Returns `(b, h, T, d_v)`, zeros where a query sees nothing.
+    Args:
+        queries: `(b, h, T, d)`.
+        keys: `(b, h_kv, S, d)`.
+        values: `(b, h_kv, S, d_v)`.
+        rule: the mask, evaluated at the tokens' positions.
+        q: the queries' positions (and documents).
+        k: the keys'.
+        scale: what $q \cdot k$ is multiplied by; None for $1 / \sqrt{d}$.
+        sink_logits: `(h,)` learned sink logits, or None.
+        score_mods: score modifiers, any.
+
+    Returns:
+        `(b, h, T, d_v)`, zeros where a query sees nothing.
 
     Examples:
         >>> from attention.layer.masks import causal, window
         >>> q, k, v = torch.randn(3, 1, 2, 8, 4, dtype=torch.float64).unbind(0)
-        >>> out = attend(q, k, v, causal() & window(3))
+        >>> line = Tokens(1, 8, torch.device("cpu"), start=0)
+        >>> out = attend(q, k, v, causal() & window(3), line, line)
         >>> i = torch.arange(8)
         >>> seen = (i[:, None] >= i) & (i[:, None] - i < 3)  # the same window, as a tensor
         >>> sdpa = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=seen)
         >>> torch.allclose(out, sdpa)
         True
     """
-    b, h, num_tokens, _ = queries.shape
-    shape, device = (b, h, num_tokens, keys.shape[2]), queries.device
-    mask = block_mask(rule, shape, device, start=start, q_pos=q_pos, k_pos=k_pos,
-                      q_seg=q_seg, k_seg=k_seg)  # fmt: skip
-    score_mod = _score_mod(score_mods, _lookup(q_pos, start), _lookup(k_pos, 0))
-    out, aux = _kernel(device)(
-        queries, keys, values, score_mod=score_mod, block_mask=mask, scale=scale,
-        enable_gqa=h != keys.shape[1], return_aux=_flex().AuxRequest(lse=True),
+    h = queries.shape[1]
+    mask = block_mask(rule, q, k, h)
+    out, aux = _kernel(queries.device)(
+        queries, keys, values, score_mod=_score_mod(score_mods, q, k), block_mask=mask,
+        scale=scale, enable_gqa=h != keys.shape[1], return_aux=_flex().AuxRequest(lse=True),
     )  # fmt: skip
     lse: Tensor = aux.lse[..., None]  # (b, h, T, 1): the log of each row's denominator
     context_vec: Tensor = out

@@ -1,71 +1,90 @@
-r"""The planner: the least the fused kernel needs, derived from what the mask *is*.
+r"""The planner: the least the fused kernel needs, derived from what the mask *is*; and the
+one function that runs what it planned.
 
 `torch.nn.functional.scaled_dot_product_attention` (SDPA) never materialises the
 $T \times T$ weights, but it takes `is_causal=True` *or* a mask, and a mask costs a tensor of
 its size. [`plan`][attention.layer.fused.plan] reads only the mask's
 [`Bounds`][attention.layer.masks.Bounds] (what is certainly hidden, what is certainly seen) and
-the shape of the call, never a mask's name or a layer's flags:
+what the host knows of the call's positions, never a mask's name, a layer's flags or a
+tensor's values:
 
 | when | the kernel gets |
 | --- | --- |
-| a score modifier without an additive form | nothing fused: the explicit path |
+| the weights are asked for, or a score modifier without an additive form | nothing fused: the explicit path |
 | every pair certainly visible, one segment | no mask |
 | keys `0 .. end - 1` in order, exactly causal on them, from position 0 | `is_causal` |
 | one query, and it certainly sees every key it is given (decode, a ring's window) | no mask |
 | causal with a bounded reach $r$, keys in order from 0, $T > r$ | blocks of $B$ = `max(r, MIN_BLOCK)` queries over $\le B + r$ keys (and the anchors), each with its own mask |
-| anything else | the mask evaluated at these positions (`(T, S)`, or per row) |
+| anything else (positions that differ by row: padding after a cache, offsets, documents) | the mask evaluated at these positions |
 | on CUDA (`flex`), instead of the explicit path, the blocks or a mask of more than one query | FlexAttention: the mask and modifiers as functions, hidden tiles skipped ([`attention.layer.flex`][attention.layer.flex]) |
 
-Without a cache, padding never reaches the table: a padded batch's rows are first
+Without a cache, a padded batch whose positions count each row's real tokens is first
 **compacted** (each row's real tokens moved to its front, in order, so positions equal
-slots), attended as right padding, and moved back; a mask that hides the future then never
-reaches a padded key. After a cache, each row's own positions are compared (a mask). One query (a decode step)
-keeps SDPA with its mask's one row, `(b, 1, 1, S)`, on CUDA too: FlexAttention's tiles save
+slots), planned again as right padding, and moved back. One query (a decode step) keeps
+SDPA with its mask's one row, `(b, 1, 1, S)`, on CUDA too: FlexAttention's tiles save
 nothing on one row, and the step stays one a CUDA graph can hold
-([`attention.model.decode`][attention.model.decode]).
-Additive score modifiers (ALiBi) reach the kernel as a float mask. A query that sees nothing
-gets a zero context vector on every path.
+([`attention.model.decode`][attention.model.decode]). Additive score modifiers (ALiBi) reach the
+kernel as a float mask. A query that sees nothing gets a zero context vector on every path.
+
+[`plan_call`][attention.layer.fused.plan_call] turns a call's
+[`Tokens`][attention.layer.tokens.Tokens] into those facts; [`run`][attention.layer.fused.run]
+executes the plan it returns, with no decision of its own: the plan printed is the plan run.
 """  # noqa: E501
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from attention.derivation.core import explicit_attention
 from attention.layer import flex as flex_attention
-from attention.layer.masks import Mask, evaluate, indices
+from attention.layer.masks import Mask, indices
 from attention.layer.score_mods import ScoreMod
 from attention.layer.sinks import with_sink
+from attention.layer.tokens import Tokens, visible
 
 __all__ = [
+    "PLANS",
+    "Options",
     "Plan",
     "compact",
     "cross_attention",
-    "fused_attention",
     "plan",
+    "plan_call",
+    "run",
     "sdpa",
     "sliding_window_attention",
 ]
 
 
-class Plan(NamedTuple):
-    """What reaches the kernel: "explicit", "none", "is_causal", "blocked", "mask" or "flex"."""
+@dataclass(frozen=True)
+class Plan:
+    """What reaches the kernel: "explicit", "none", "is_causal", "blocked", "mask" or "flex",
+    and why; `compact`: the padded rows are compacted first (the plan is then the compacted
+    call's)."""
 
     kind: str
     why: str
+    compact: bool = False
+
+    def compacted(self) -> Plan:
+        return Plan(self.kind, f"{self.why} (rows compacted first)", compact=True)
 
 
-class _Options(NamedTuple):
+@dataclass(frozen=True)
+class Options:
     """What every kernel call of one attention shares."""
 
-    dropout_p: float
-    scale: float | None
-    sink_logits: Tensor | None
-    score_mods: tuple[ScoreMod, ...]
+    num_heads: int
+    dropout_p: float = 0.0
+    scale: float | None = None
+    sink_logits: Tensor | None = None
+    score_mods: tuple[ScoreMod, ...] = ()
+    dropout: nn.Module | None = None  # the explicit path's
 
 
 MIN_BLOCK = 64
@@ -73,6 +92,7 @@ MIN_BLOCK = 64
 call per few queries costs more in calls than the keys it skips (blocks of 1 were slower than
 no window at all)."""
 
+_WEIGHTS = Plan("explicit", "the weights were asked for")
 _EXPLICIT = Plan("explicit", "a score modifier without an additive form")
 _EVERYTHING = Plan("none", "every pair is certainly visible")
 _DECODE = Plan("none", "one query, keys 0 .. end - 1, exactly causal on them")
@@ -82,8 +102,8 @@ _BLOCKED = Plan("blocked", f"causal, reach r < T, from 0: blocks of max(r, {MIN_
 _MASK = Plan("mask", "anything else: the mask evaluated at these positions")
 _FLEX = Plan("flex", "on CUDA, whatever would need the explicit path, blocks or a mask")
 PLANS = (_EXPLICIT, _EVERYTHING, _DECODE, _CAUSAL, _RING, _BLOCKED, _MASK, _FLEX)
-_FLEX_TAKES = ("explicit", "blocked", "mask")  # what FlexAttention takes over, where it may
 """Every decision the planner can make, in the order it tries them."""
+_FLEX_TAKES = ("explicit", "blocked", "mask")  # what FlexAttention takes over, where it may
 
 
 def plan(
@@ -91,7 +111,7 @@ def plan(
     num_tokens: int,
     num_keys: int,
     *,
-    start: int = 0,
+    start: int | None = 0,
     in_order: bool = True,
     per_row: bool = False,
     score_mods: Sequence[ScoreMod] = (),
@@ -104,9 +124,9 @@ def plan(
         rule: the layer's mask; only its bounds are read.
         num_tokens: $T$, the queries.
         num_keys: $S$, the keys.
-        start: the first query's position.
-        in_order: the keys are positions `0 .. S - 1` (no ring buffer).
-        per_row: documents or padding are present (a mask per row).
+        start: the first query's position, the same in every row; None where rows differ.
+        in_order: the keys are positions `0 .. S - 1` in slot order; False: a ring's window.
+        per_row: documents or padding set rows apart (a mask per row).
         score_mods: the layer's score modifiers.
         sink: a learned sink logit (one more key, given a float mask).
         flex: FlexAttention may take the call (CUDA, no dropout): it takes whatever SDPA
@@ -138,19 +158,22 @@ def _sdpa_plan(
     rule: Mask,
     num_tokens: int,
     num_keys: int,
-    start: int,
+    start: int | None,
     in_order: bool,
     per_row: bool,
     score_mods: Sequence[ScoreMod],
     sink: bool,
 ) -> Plan:
     """The plan on SDPA alone (the table above, without FlexAttention)."""
-    bounds, end = rule.bounds, start + num_tokens
     if score_mods and any(mod.bias is None for mod in score_mods):
         return _EXPLICIT
+    bounds = rule.bounds
+    if start is None:  # positions that differ by row (padding, offsets): only the mask knows
+        return _MASK
     plain = not (per_row or score_mods or sink)
     if plain and bounds.everything:
         return _EVERYTHING
+    end = start + num_tokens
     exactly_causal = bounds.causal and bounds.near >= end  # on positions 0 .. end - 1
     if plain and in_order and num_keys == end and exactly_causal:
         if num_tokens == 1:  # the last query sees every key
@@ -165,116 +188,159 @@ def _sdpa_plan(
     return _MASK
 
 
-def fused_attention(
+def plan_call(
+    rule: Mask,
+    q: Tokens,
+    k: Tokens,
+    options: Options,
+    *,
+    own: bool,
+    need_weights: bool = False,
+    flex: bool = False,
+) -> Plan:
+    """The plan for one call: the facts `plan` reads, taken from the call's `Tokens`.
+
+    Args:
+        rule: the layer's mask.
+        q: the queries' positions.
+        k: the keys' positions.
+        options: the call's heads, dropout, sink and score modifiers.
+        own: the keys are the queries' own tokens (no cache before them).
+        need_weights: the weights were asked for: the explicit path.
+        flex: FlexAttention may take the call.
+    """
+    if need_weights:
+        return _WEIGHTS
+    if own and q.start is None and q.counted:  # padding without a cache: compact the rows
+        return _plan_tokens(rule, _compacted_tokens(rule, q), None, options, flex).compacted()
+    return _plan_tokens(rule, q, k, options, flex)
+
+
+def _plan_tokens(rule: Mask, q: Tokens, k: Tokens | None, options: Options, flex: bool) -> Plan:
+    """`plan` on what the host knows of `q` and `k` (None: the queries' own tokens)."""
+    keys = q if k is None else k
+    start = q.start
+    if start is not None and keys.start is None and not (keys.ring and q.n == 1):
+        start = None  # keys whose positions only the device knows
+    return plan(rule, q.n, keys.n, start=start, in_order=keys.start == 0,
+                per_row=q.docs is not None or keys.docs is not None,
+                score_mods=options.score_mods, sink=options.sink_logits is not None,
+                flex=flex)  # fmt: skip
+
+
+def _compacted_tokens(rule: Mask, q: Tokens) -> Tokens:
+    """The queries after compaction: positions from 0 in slot order. The padding behind each
+    row's real tokens is in their future: a causal mask never shows it; any other mask gets
+    it as positions -1 (a mask per row)."""
+    if rule.bounds.causal and q.docs is None:
+        return Tokens(q.batch, q.n, q.device, start=0)
+    order, _ = compact(q.padded)
+    pos = q.pos.gather(1, order)
+    docs = None if q.docs is None else q.docs.gather(1, order)
+    return Tokens(q.batch, q.n, q.device, given=pos, docs=docs)
+
+
+def run(
+    chosen: Plan,
     queries: Tensor,
     keys: Tensor,
     values: Tensor,
     rule: Mask,
-    *,
-    start: int = 0,
-    q_pos: Tensor | None = None,
-    k_pos: Tensor | None = None,
-    q_seg: Tensor | None = None,
-    k_seg: Tensor | None = None,
-    padded: Tensor | None = None,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
-    sink_logits: Tensor | None = None,
-    score_mods: Sequence[ScoreMod] = (),
-) -> Tensor:
-    r"""Attention on the fused kernel with the least mask the case needs (the table above).
-
-    Inner function: the module checked its inputs; nothing is checked here, and no value is
-    read on the host.
+    q: Tokens,
+    k: Tokens,
+    options: Options,
+) -> tuple[Tensor, Tensor | None]:
+    r"""Run `chosen` (from [`plan_call`][attention.layer.fused.plan_call]) on these tensors.
 
     Args:
+        chosen: the plan.
         queries: `(b, h, T, d_h)`.
         keys: `(b, h_kv, S, d_h)`, `h` a multiple of `h_kv`.
         values: `(b, h_kv, S, d_v)`.
         rule: the layer's mask.
-        start: the first query's position, when every row's queries are at
-            `start ... start + T - 1`.
-        q_pos: or `(b, T)`, each row's own positions.
-        k_pos: `(S,)` or `(b, S)` the keys' positions (below 0: empty); None for `0 .. S - 1`.
-        q_seg: `(b, T)` the queries' segments (document id, -1 for padding), or None.
-        k_seg: `(b, S)` the keys' segments, given with `q_seg`.
-        padded: `(b, T)` True where a token is padding, when the keys are the queries' own
-            tokens (no cache): the rows are compacted first. `q_seg` then holds documents
-            only (or is None).
-        dropout_p: dropout on the weights.
-        scale: what $q \cdot k$ is multiplied by; None for $1 / \sqrt{d_h}$.
-        sink_logits: `(h,)` a learned logit per head for "attend to nothing", or None.
-        score_mods: score modifiers: additive ones (a float mask), or any where FlexAttention
-            takes the call (the caller runs the explicit path otherwise).
+        q: the queries' positions.
+        k: the keys' positions.
+        options: heads, dropout, scale, sink and score modifiers.
 
     Returns:
-        `(b, h, T, d_v)`; zero where a query sees nothing (padding, say).
+        `(context_vec, attn_weights)`: `(b, h, T, d_v)`, zero where a query sees nothing; the
+        weights `(b, h, T, S)` on the explicit path, else None.
     """
-    if padded is not None:
-        options = _Options(dropout_p, scale, sink_logits, tuple(score_mods))
-        return _compacted(queries, keys, values, rule, padded, q_seg, options)
-    num_tokens, num_keys = queries.shape[-2], keys.shape[-2]
-    flex = queries.device.type in flex_attention.DEVICES and flex_attention.usable(
-        queries.device, dropout_p
-    )  # the device test first: no call on the CPU's decode step
-    choice = "mask"
-    if q_pos is None and (k_pos is None or k_pos.ndim == 1):  # one set of positions: plan()
-        choice = _sdpa_plan(rule, num_tokens, num_keys, start, k_pos is None, q_seg is not None,
-                            score_mods, sink_logits is not None).kind  # fmt: skip
-    if flex and _flex_takes(choice, num_tokens, score_mods):
-        choice = "flex"
-    if choice == "flex":
-        return flex_attention.attend(queries, keys, values, rule, start=start, q_pos=q_pos,
-                                     k_pos=k_pos, q_seg=q_seg, k_seg=k_seg, scale=scale,
-                                     sink_logits=sink_logits, score_mods=score_mods)  # fmt: skip
-    if choice in ("none", "is_causal"):  # the kernel's own call, no mask: a decode step's
-        return F.scaled_dot_product_attention(
-            queries, keys, values, dropout_p=dropout_p, scale=scale,
-            is_causal=choice == "is_causal", enable_gqa=queries.shape[1] != keys.shape[1],
+    if chosen.compact:
+        return _run_compacted(chosen, queries, keys, values, rule, q, options), None
+    kind = chosen.kind
+    if kind == "explicit":
+        return _explicit(queries, keys, values, rule, q, k, options)
+    if kind in ("none", "is_causal"):  # the kernel's own call, no mask: a decode step's
+        out = F.scaled_dot_product_attention(
+            queries, keys, values, dropout_p=options.dropout_p, scale=options.scale,
+            is_causal=kind == "is_causal", enable_gqa=queries.shape[1] != keys.shape[1],
         )  # fmt: skip
-    if choice == "blocked":
-        return sliding_window_attention(queries, keys, values, rule, seg=q_seg,
-                                        dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
-                                        score_mods=score_mods)  # fmt: skip
-    device = queries.device
-    q_pos = torch.arange(start, start + num_tokens, device=device) if q_pos is None else q_pos
-    k_pos = torch.arange(num_keys, device=device) if k_pos is None else k_pos
-    return _masked(queries, keys, values, rule, q_pos, k_pos, q_seg, k_seg,
-                   dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
-                   score_mods=score_mods)  # fmt: skip
+        return out, None
+    if kind == "blocked":
+        return sliding_window_attention(queries, keys, values, rule, docs=q.docs,
+                                        options=options), None  # fmt: skip
+    if kind == "flex":
+        return flex_attention.attend(queries, keys, values, rule, q, k, scale=options.scale,
+                                     sink_logits=options.sink_logits,
+                                     score_mods=options.score_mods), None  # fmt: skip
+    return _masked(queries, keys, values, rule, q, k, options), None
 
 
-def _compacted(
+def _run_compacted(
+    chosen: Plan,
     queries: Tensor,
     keys: Tensor,
     values: Tensor,
     rule: Mask,
-    padded: Tensor,
-    documents: Tensor | None,
-    options: _Options,
+    q: Tokens,
+    options: Options,
 ) -> Tensor:
-    """A padded batch: each row's real tokens moved to its front, attended, moved back.
-
-    After the move a row's real tokens sit at slots `0 .. n - 1`, their positions, so the
-    planner sees one set of positions from 0. A mask that hides the future never lets a real
-    query reach the padding behind it; any other gets the padding as a segment.
-    """
-    padded_rows = padded[:, None, :, None]  # (b, 1, T, 1)
-    if rule.bounds.everything and documents is None and not options.score_mods:
-        seen = ~padded[:, None, None, :]  # (b, 1, 1, S): positions do not matter
-        empty = ~seen.any(-1, keepdim=True)
-        out = sdpa(queries, keys, values, seen | empty, dropout_p=options.dropout_p,
-                   scale=options.scale, sink_logits=options.sink_logits)  # fmt: skip
-        return out.masked_fill(empty | padded_rows, 0.0)
+    """A padded batch: each row's real tokens moved to its front, attended, moved back."""
+    padded = q.padded  # (b, T)
     order, inverse = compact(padded)  # (b, T) each
     queries, keys, values = (gather_tokens(t, order) for t in (queries, keys, values))
-    seg = None
-    if documents is not None:
-        seg = documents.gather(1, order).masked_fill(padded.gather(1, order), -1)
-    elif not rule.bounds.causal:
-        seg = padded.gather(1, order).long().neg()  # 0 real, -1 padding (at each row's end)
-    out = fused_attention(queries, keys, values, rule, q_seg=seg, k_seg=seg, **options._asdict())
-    return gather_tokens(out, inverse).masked_fill(padded_rows, 0.0)
+    tokens = _compacted_tokens(rule, q)
+    inner = Plan(chosen.kind, chosen.why)
+    out, _ = run(inner, queries, keys, values, rule, tokens, tokens, options)
+    return gather_tokens(out, inverse).masked_fill(padded[:, None, :, None], 0.0)
+
+
+def _explicit(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    rule: Mask,
+    q: Tokens,
+    k: Tokens,
+    options: Options,
+) -> tuple[Tensor, Tensor]:
+    """The explicit path: each query head reads its key/value head, repeated per group."""
+    group = queries.shape[1] // keys.shape[1]  # query head i reads kv head i // group
+    keys = keys.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
+    values = values.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
+    seen = visible(rule, q, k, num_heads=options.num_heads)
+    sink = None if options.sink_logits is None else options.sink_logits[:, None, None]
+    score_mod = None
+    if options.score_mods:
+        score_mod = bind(options.score_mods, q.line, k.line, queries.shape[0], options.num_heads)
+    return explicit_attention(queries, keys, values, seen, dropout=options.dropout,
+                              sink_logits=sink, score_mod=score_mod,
+                              scale=options.scale)  # fmt: skip
+
+
+def bind(
+    score_mods: Sequence[ScoreMod], q_pos: Tensor, k_pos: Tensor, batch: int, num_heads: int
+) -> Callable[[Tensor], Tensor]:
+    """The score modifiers as one function of the scores `(b, h, T, S)`, positions bound."""
+    b, h, q, kv = indices(q_pos, k_pos, batch=batch, num_heads=num_heads)
+
+    def modify(scores: Tensor) -> Tensor:
+        for mod in score_mods:  # f_n(... f_1(s) ...), in list order
+            scores = mod(scores, b, h, q, kv)
+        return scores
+
+    return modify
 
 
 def _masked(
@@ -282,59 +348,22 @@ def _masked(
     keys: Tensor,
     values: Tensor,
     rule: Mask,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    q_seg: Tensor | None,
-    k_seg: Tensor | None,
-    *,
-    dropout_p: float,
-    scale: float | None,
-    sink_logits: Tensor | None,
-    score_mods: Sequence[ScoreMod],
+    q: Tokens,
+    k: Tokens,
+    options: Options,
 ) -> Tensor:
     """The general case: the mask (and the additive modifiers) at every pair, then SDPA."""
-    seen = visible(rule, q_pos, k_pos, q_seg, k_seg, num_heads=queries.shape[1],
-                   batch=queries.shape[0])  # fmt: skip
+    seen = visible(rule, q, k, num_heads=queries.shape[1])
     if seen.shape[:2] == (1, 1):  # one mask for every row and head: (T, S)
         seen = seen[0, 0]
     empty = ~seen.any(-1, keepdim=True)  # a query that sees nothing: any row, then 0
     mask: Tensor = seen | empty
-    if score_mods:
+    if options.score_mods:
         heads = (queries.shape[0], queries.shape[1])
-        mask = bias_mask(mask, score_mods, q_pos, k_pos, heads, queries.dtype)
-    context_vec = sdpa(
-        queries, keys, values, mask, dropout_p=dropout_p, scale=scale, sink_logits=sink_logits
-    )
+        mask = bias_mask(mask, options.score_mods, q.line, k.line, heads, queries.dtype)
+    context_vec = sdpa(queries, keys, values, mask, dropout_p=options.dropout_p,
+                       scale=options.scale, sink_logits=options.sink_logits)  # fmt: skip
     return context_vec.masked_fill(empty, 0.0)
-
-
-def visible(
-    rule: Mask,
-    q_pos: Tensor,
-    k_pos: Tensor,
-    q_seg: Tensor | None = None,
-    k_seg: Tensor | None = None,
-    *,
-    num_heads: int = 1,
-    batch: int = 1,
-) -> Tensor:
-    """The mask at every pair and the segments: `(b or 1, h or 1, T, S)`, True = may attend.
-
-    Segments (document ids, -1 for padding) hide other documents' keys and padding.
-
-    Examples:
-        >>> from attention.layer.masks import causal
-        >>> visible(causal(), torch.arange(3, 5), torch.arange(5))[0, 0].int()  # a chunk
-        tensor([[1, 1, 1, 1, 0],
-                [1, 1, 1, 1, 1]], dtype=torch.int32)
-    """
-    seen = evaluate(rule, q_pos, k_pos, num_heads=num_heads, batch=batch)  # (b | 1, h | 1, T, S)
-    if q_seg is None or k_seg is None:
-        return seen
-    same = (q_seg[:, :, None] == k_seg[:, None, :]) & (k_seg >= 0)[:, None, :]  # (b, T, S)
-    return seen & same[:, None]
-
-
 def bias_mask(
     seen: Tensor,
     score_mods: Sequence[ScoreMod],
@@ -359,7 +388,7 @@ def cross_attention(
     queries: Tensor,
     keys: Tensor,
     values: Tensor,
-    key_segments: Tensor | None = None,
+    key_positions: Tensor | None = None,
     *,
     dropout_p: float = 0.0,
     scale: float | None = None,
@@ -373,15 +402,15 @@ def cross_attention(
         queries: `(b, h, T, d_h)`.
         keys: `(b, h_kv, S, d_h)`.
         values: `(b, h_kv, S, d_v)`.
-        key_segments: `(b, S)`, -1 for padding, or None.
+        key_positions: `(b, S)`, -1 for padding, or None.
         dropout_p: dropout on the weights.
 
     Returns:
         `(b, h, T, d_v)`.
     """
-    if key_segments is None:
+    if key_positions is None:
         return sdpa(queries, keys, values, dropout_p=dropout_p, scale=scale)
-    mask = (key_segments >= 0)[:, None, None, :]  # (b, 1, 1, S)
+    mask = (key_positions >= 0)[:, None, None, :]  # (b, 1, 1, S)
     empty = ~mask.any(-1, keepdim=True)  # (b, 1, 1, 1): no real key: any row, then 0
     context_vec = sdpa(queries, keys, values, mask | empty, dropout_p=dropout_p, scale=scale)
     return context_vec.masked_fill(empty, 0.0)
@@ -446,11 +475,8 @@ def sliding_window_attention(
     values: Tensor,
     rule: Mask,
     *,
-    seg: Tensor | None = None,
-    dropout_p: float = 0.0,
-    scale: float | None = None,
-    sink_logits: Tensor | None = None,
-    score_mods: Sequence[ScoreMod] = (),
+    docs: Tensor | None = None,
+    options: Options | None = None,
 ) -> Tensor:
     r"""Attention under a mask of bounded reach $r$, in $O(T r)$, not $O(T^2)$.
 
@@ -467,13 +493,14 @@ def sliding_window_attention(
         keys: `(b, h_kv, T, d_h)`, `h` a multiple of `h_kv`.
         values: `(b, h_kv, T, d_v)`.
         rule: a mask whose bounds are causal with a reach.
-        seg: `(b, T)` the tokens' segments (document id, -1 for padding), or None.
-        dropout_p: dropout on the weights (the kernel's own).
-        sink_logits: `(h,)` learned sink logits ([`sdpa`][attention.layer.fused.sdpa]), or None.
-        score_mods: additive score modifiers.
+        docs: `(b, T)` the tokens' document ids, or None.
+        options: dropout, scale, sink logits and additive score modifiers (default none).
 
     Returns:
         The context vectors, `(b, h, T, d_v)`.
+
+    Raises:
+        ValueError: `rule` is not certainly causal with a bounded reach.
 
     Examples:
         >>> from attention.derivation.core import explicit_attention
@@ -486,8 +513,12 @@ def sliding_window_attention(
         True
     """
     reach, anchor = rule.bounds.reach, rule.bounds.anchor
-    assert reach is not None and rule.bounds.causal
-    num_tokens = queries.shape[-2]
+    if not (reach and rule.bounds.causal):
+        raise ValueError(f"sliding_window_attention needs a rule that is causal with a bounded "
+                         f"reach (a window); rule={rule!r} has causal={rule.bounds.causal}, "
+                         f"reach={reach}")  # fmt: skip
+    options = Options(queries.shape[1]) if options is None else options
+    b, num_tokens = queries.shape[0], queries.shape[-2]
     out = queries.new_empty(*queries.shape[:-1], values.shape[-1])  # (b, h, T, d_v)
     device = queries.device
     size = max(reach, MIN_BLOCK)  # a tiny window: fewer, larger calls
@@ -499,13 +530,11 @@ def sliding_window_attention(
         if before:
             keep = torch.cat((torch.arange(before, device=device), keep))
         k, v = _slice(keys, first, hi, before), _slice(values, first, hi, before)  # (b, h_kv, S, d)
-        q_pos = torch.arange(lo, hi, device=device)
-        q_seg = k_seg = None
-        if seg is not None:
-            q_seg, k_seg = seg[:, lo:hi], seg.index_select(1, keep)
-        out[:, :, lo:hi] = _masked(queries[:, :, lo:hi], k, v, rule, q_pos, keep, q_seg, k_seg,
-                                   dropout_p=dropout_p, scale=scale, sink_logits=sink_logits,
-                                   score_mods=score_mods)  # fmt: skip
+        q_tok = Tokens(b, hi - lo, device, start=lo,
+                       docs=None if docs is None else docs[:, lo:hi])  # fmt: skip
+        k_tok = Tokens(b, keep.shape[0], device, given=keep,
+                       docs=None if docs is None else docs.index_select(1, keep))  # fmt: skip
+        out[:, :, lo:hi] = _masked(queries[:, :, lo:hi], k, v, rule, q_tok, k_tok, options)
     return out
 
 

@@ -75,8 +75,9 @@ class Bounds:
 
     With $d = i - j$ (how far back key $j$ lies from query $i$):
 
-    - **upper** (a superset of the visible pairs): `causal`: $d \ge 0$; `reach` $r$ and
-      `anchor` $a$: $d < r \vee j < a$ (None: unbounded).
+    - **upper** (a superset of the visible pairs): `causal_from` $c$: every query $i \ge c$
+      sees only $d \ge 0$ ($c = 0$: `causal`; a prefix-LM's $c$ is its prefix; $\infty$:
+      nothing certain); `reach` $r$ and `anchor` $a$: $d < r \vee j < a$ (None: unbounded).
     - **lower** (a subset): every pair with $0 \le d <$ `near`, and every $j <$ `first`
       with $j \le i$, is visible; `everything`: every pair is.
 
@@ -84,7 +85,7 @@ class Bounds:
     ([`both`][attention.layer.masks.Bounds.both], [`either`][attention.layer.masks.Bounds.either]).
     """
 
-    causal: bool = False
+    causal_from: float = math.inf
     reach: int | None = None
     anchor: int = 0
     near: float = 0
@@ -99,7 +100,7 @@ class Bounds:
         else:  # (d < r1 or j < a1) and (d < r2 or j < a2)  =>  d < min r or j < max a
             reach, anchor = min(self.reach, other.reach), max(self.anchor, other.anchor)
         return Bounds(
-            causal=self.causal or other.causal, reach=reach, anchor=anchor,
+            causal_from=min(self.causal_from, other.causal_from), reach=reach, anchor=anchor,
             near=min(self.near, other.near), first=min(self.first, other.first),
             everything=self.everything and other.everything,
         )  # fmt: skip
@@ -108,12 +109,23 @@ class Bounds:
         """The bounds of `a | b`: the looser upper bound, the larger lower one."""
         bounded = self.reach is not None and other.reach is not None
         return Bounds(
-            causal=self.causal and other.causal,
+            causal_from=max(self.causal_from, other.causal_from),
             reach=max(self.reach, other.reach) if bounded else None,  # type: ignore[type-var]
             anchor=max(self.anchor, other.anchor) if bounded else 0,
             near=max(self.near, other.near), first=max(self.first, other.first),
             everything=self.everything or other.everything,
         )  # fmt: skip
+
+    @property
+    def causal(self) -> bool:
+        """Whether every query certainly sees only its past: causal from position 0."""
+        return self.causal_from == 0
+
+    @property
+    def prefix(self) -> int | None:
+        """The positions before which queries may see ahead (a prefix-LM's prompt): 0 for a
+        causal mask, None where no position makes it causal (a cache cannot take it)."""
+        return None if math.isinf(self.causal_from) else int(self.causal_from)
 
     @property
     def span(self) -> int | None:
@@ -359,7 +371,7 @@ def causal() -> Mask:
                 [1, 1, 1]], dtype=torch.int32)
     """
     return Mask(_causal, "causal()",
-                Bounds(causal=True, near=math.inf, first=math.inf), "causal()")  # fmt: skip
+                Bounds(causal_from=0, near=math.inf, first=math.inf), "causal()")  # fmt: skip
 
 
 def window(w: int) -> Mask:
@@ -378,7 +390,7 @@ def window(w: int) -> Mask:
     """
     check_size("window", w)
     return Mask(partial(_window, w), f"window({w})",
-                Bounds(causal=True, reach=w, near=w), f"window({w})")  # fmt: skip
+                Bounds(causal_from=0, reach=w, near=w), f"window({w})")  # fmt: skip
 
 
 def sinks(k: int) -> Mask:
@@ -388,7 +400,7 @@ def sinks(k: int) -> Mask:
     """
     check_size("sinks", k)
     return Mask(partial(_sinks, k), f"sinks({k})",
-                Bounds(reach=0, anchor=k, first=k), f"sinks({k})")  # fmt: skip
+                Bounds(causal_from=k, reach=0, anchor=k, first=k), f"sinks({k})")  # fmt: skip
 
 
 def documents(ids: Tensor) -> Mask:

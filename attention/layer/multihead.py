@@ -5,7 +5,8 @@ runs one `CausalAttention` per head. This module stacks the $h$ per-head matrice
 `Linear(d_in, d_out)` each for queries, keys and values, splits the result into heads with a
 `view` and a `transpose`, and runs every head in one kernel call, which the planner
 ([`attention.layer.fused`][attention.layer.fused]) picks from the layer's mask
-([`attention.layer.masks`][attention.layer.masks]).
+([`attention.layer.masks`][attention.layer.masks]) and the tokens' positions
+([`attention.layer.tokens`][attention.layer.tokens]).
 """
 
 from __future__ import annotations
@@ -15,34 +16,19 @@ from collections.abc import Callable, Sequence
 from typing import Literal, overload
 
 import torch
-from torch import Size, Tensor, nn
+from torch import Tensor, nn
 
-from attention.checks import (
-    check_dropout,
-    check_flag,
-    check_input,
-    check_padding_mask,
-    check_positive,
-    check_size,
-    check_tensor,
-)
-from attention.derivation.causal import CausalAttention
-from attention.derivation.core import causal_mask, explicit_attention
+from attention.checks import check_dropout, check_flag, check_input, check_size
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
-from attention.layer import flex
-from attention.layer.cache import KVCache, next_positions
-from attention.layer.fused import cross_attention, fused_attention, visible
-from attention.layer.masks import (
-    Mask,
-    as_mask,
-    chunk_mask,
-    evaluate,
-    from_flags,
-    indices,
-    segments,
-)
+from attention.layer import arguments, convert, cross, flex
+from attention.layer.cache import KVCache
+from attention.layer.fused import Options, Plan, plan_call, run
+from attention.layer.masks import Mask, chunk_mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
-from attention.layer.score_mods import ScoreMod, as_score_mods
+from attention.layer.probe import probe
+from attention.layer.score_mods import ScoreMod
+from attention.layer.spec import AttentionSpec
+from attention.layer.tokens import Tokens, queries
 
 __all__ = ["MultiHeadAttention"]
 
@@ -100,13 +86,22 @@ class MultiHeadAttention(nn.Module):
     (bool or float) is checked to be the causal mask and dropped, so
     `load_state_dict(book_state_dict)` works with `strict=True`.
 
+    Every token has one position ([`attention.layer.tokens`][attention.layer.tokens]): RoPE, the
+    mask, the score modifiers, the cache and the kernel's plan all read it. By default each
+    row counts its real tokens, after what the cache holds: padding anywhere in a row, left,
+    right or between tokens, changes none of its real outputs; `positions=` gives them
+    instead. The forward is: check, project, rotate, `cache.update`, plan, run, merge
+    ([`attention.layer.fused`][attention.layer.fused]).
+
+    What the attention computes (mask, score modifiers, scale, RoPE, sink, heads) is one
+    frozen [`AttentionSpec`][attention.layer.spec.AttentionSpec], `spec`, changed only whole
+    ([`replace`][attention.layer.multihead.MultiHeadAttention.replace]).
+
     Compiling and exporting: `torch.compile` works, and `torch.export` with a dynamic token
     count, with or without a padding mask (the first eager call tries the mask and score
     modifiers; compiling skips that). A NaN or infinity in a *real* token's input reaches
     every output that attends to it, and, as in PyTorch's kernels, also the earlier ones
-    ($0 \cdot \text{NaN}$); in a padded position it changes nothing. Positions (for RoPE,
-    the mask, the score modifiers) count each row's real tokens: padding anywhere in a row,
-    left, right or between tokens, changes none of its real outputs.
+    ($0 \cdot \text{NaN}$); in a padded position it changes nothing.
 
     Args:
         d_in: width of each input embedding.
@@ -122,7 +117,7 @@ class MultiHeadAttention(nn.Module):
         window: with `causal`, the tokens each query sees, itself included; default all.
             Shorthand for `mask=causal() & window(w)`.
         rope: rotate queries and keys by their positions (rotate-half RoPE).
-        rope_base: RoPE's base, a finite number above 1.
+        rope_base: RoPE's base, a finite number above 1 (checked with or without `rope`).
         sinks: with a `window`, the first `sinks` tokens stay visible to every query
             (StreamingLLM's attention sinks): `mask=causal() & (window(w) | sinks(k))`.
         sink_logit: learn one logit per head for a sink that absorbs weight (gpt-oss).
@@ -145,9 +140,9 @@ class MultiHeadAttention(nn.Module):
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
         sink_logits: `(num_heads,)` parameter with `sink_logit`, created last; else None.
-        rule: the [`Mask`][attention.layer.masks.Mask]: `mask`, or the one `causal`, `window`
-            and `sinks` name.
-        score_mods: the tuple of [`ScoreMod`][attention.layer.score_mods.ScoreMod]s.
+        spec: the [`AttentionSpec`][attention.layer.spec.AttentionSpec]; `rule` (its mask:
+            `mask`, or the one `causal`, `window` and `sinks` name), `score_mods` and `scale`
+            read it.
         head_dim: $d_h$ = `d_out // num_heads`.
 
     Raises:
@@ -208,51 +203,110 @@ class MultiHeadAttention(nn.Module):
         scale: float | None = None,
     ) -> None:
         super().__init__()
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        _check_sizes(d_in, d_out, context_length, num_heads, num_kv_heads)
+        d_in, d_out, context_length, num_heads, num_kv_heads = arguments.check_sizes(
+            d_in, d_out, context_length, num_heads, num_heads if num_kv_heads is None else num_kv_heads
+        )  # fmt: skip
         self.kdim = d_in if kdim is None else check_size("kdim", kdim)
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
-        self.rule = _rule(causal, window, sinks, mask)
-        self.score_mods = as_score_mods(score_mods)
-        self.scale = None if scale is None else check_positive("scale", scale)
-        # a score modifier without an additive form: no fused kernel can take it
-        self._explicit_only = any(mod.bias is None for mod in self.score_mods)
-        self._unprobed = True  # the mask and modifiers are tried at the first call
-        self._cross = self.rule.bounds.everything  # a cache then holds the other sequence
-        causal = self.rule.bounds.causal
-        if (self.kdim, self.vdim) != (d_in, d_in):
-            _check_cross_options(self.kdim, self.vdim, d_in, causal=causal, rope=rope,
-                                 sink_logit=sink_logit, mask=mask,
-                                 score_mods=self.score_mods)  # fmt: skip
+        rule = arguments.layer_mask(causal, window, sinks, mask)
         check_dropout(dropout)
-        self.d_in = d_in
-        self.d_out = d_out
-        self.context_length = context_length
-        self.num_heads = num_heads
-        self.num_kv_heads = num_kv_heads
-        self.head_dim = d_out // num_heads
-        self.rope = check_flag("rope", rope)
+        self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
+        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, d_out // num_heads
+        check_flag("rope", rope)
         rope_frequencies(2, rope_base)  # checks rope_base, used or not
         if rope and self.head_dim % 2:
-            raise ValueError(
-                "rope rotates pairs of dimensions: head_dim = d_out // num_heads must be "
-                f"even, got head_dim={self.head_dim}"
-            )
-        self.rope_base = float(rope_base)
+            raise ValueError("rope rotates pairs of dimensions: head_dim = d_out // num_heads "
+                             f"must be even, got head_dim={self.head_dim}")  # fmt: skip
+        self._spec = AttentionSpec(rule, score_mods, scale, float(rope_base) if rope else None,
+                                   check_flag("sink_logit", sink_logit), num_heads,
+                                   num_kv_heads, self.head_dim)  # fmt: skip
+        if (self.kdim, self.vdim) != (d_in, d_in):
+            arguments.check_cross_options(self.kdim, self.vdim, d_in, causal=self.causal,
+                                          rope=rope, sink_logit=sink_logit, mask=mask,
+                                          score_mods=self._spec.score_mods)  # fmt: skip
         self.rotary = (RotaryTable(self.head_dim, rope_base, limit=max(256, 2 * context_length))
                        if rope else None)  # fmt: skip
-        check_flag("qkv_bias", qkv_bias)
-        check_flag("sink_logit", sink_logit)
+        self._unprobed = True  # the mask and modifiers are tried at the first call
         kv_dim = num_kv_heads * self.head_dim
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(self.kdim, kv_dim, bias=qkv_bias)
-        self.W_value = nn.Linear(self.vdim, kv_dim, bias=qkv_bias)
+        bias = check_flag("qkv_bias", qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out, bias=bias)
+        self.W_key = nn.Linear(self.kdim, kv_dim, bias=bias)
+        self.W_value = nn.Linear(self.vdim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
-        # what a cache from init_cache is made for: forward's fast check (None: no self-cache)
-        self._layout = (num_kv_heads, self.head_dim, self.window, self.sinks) if causal else None
-        self.register_load_state_dict_pre_hook(_drop_book_mask)  # type: ignore[no-untyped-call]
+        self.register_load_state_dict_pre_hook(convert.drop_book_mask)  # type: ignore[no-untyped-call]
+
+    @property
+    def spec(self) -> AttentionSpec:
+        """What the attention computes: mask, score modifiers, scale, RoPE, sink, heads."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, new: AttentionSpec) -> None:
+        self._spec = self._spec.check_swap(new)
+        self._unprobed = True  # a new mask or modifier is tried at the next call
+
+    def replace(
+        self,
+        *,
+        mask: Mask | Callable[..., Tensor] | None = None,
+        score_mods: Sequence[ScoreMod | Callable[..., Tensor]] | None = None,
+        scale: float | None = None,
+    ) -> MultiHeadAttention:
+        """Swap in a spec with another mask, score modifiers or scale; returns the layer.
+
+        The whole spec changes at once, so nothing derived from the old one survives; a cache
+        made for another window or sinks is then refused by name. Head counts, the sink
+        logit and RoPE shape the parameters and stay.
+
+        Examples:
+            >>> from attention.layer.masks import causal, window
+            >>> mha = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2)
+            >>> mha.replace(mask=causal() & window(4)).window
+            4
+        """
+        self.spec = self._spec.replace(mask=mask, score_mods=score_mods, scale=scale)
+        return self
+
+    def _read_only(self, name: str) -> None:
+        raise AttributeError(f"MultiHeadAttention.{name} is part of its spec: swap the whole "
+                             f"spec with layer.replace({name}=...)")  # fmt: skip
+
+    @property
+    def rule(self) -> Mask:
+        """The [`Mask`][attention.layer.masks.Mask]: `mask`, or the one the shorthand names."""
+        return self._spec.mask
+
+    @rule.setter
+    def rule(self, value: object) -> None:
+        self._read_only("mask")
+
+    @property
+    def score_mods(self) -> tuple[ScoreMod, ...]:
+        """The tuple of [`ScoreMod`][attention.layer.score_mods.ScoreMod]s, applied in order."""
+        return self._spec.score_mods
+
+    @score_mods.setter
+    def score_mods(self, value: object) -> None:
+        self._read_only("score_mods")
+
+    @property
+    def scale(self) -> float | None:
+        """What $q \\cdot k$ is multiplied by; None: $1 / \\sqrt{d_h}$."""
+        return self._spec.scale
+
+    @scale.setter
+    def scale(self, value: object) -> None:
+        self._read_only("scale")
+
+    @property
+    def rope(self) -> bool:
+        return self._spec.rope_base is not None
+
+    @property
+    def rope_base(self) -> float | None:
+        return self._spec.rope_base
 
     @property
     def causal(self) -> bool:
@@ -269,6 +323,13 @@ class MultiHeadAttention(nn.Module):
     def sinks(self) -> int:
         """The first positions every query may see beyond the reach (the mask's anchor)."""
         return self.rule.bounds.anchor
+
+    @property
+    def layout(self) -> tuple[object, ...] | None:
+        """What a self-attention cache must be made for (None: this layer takes none)."""
+        if self.rule.bounds.prefix is None:
+            return None
+        return (self.num_kv_heads, self.head_dim, self.window, self.sinks)
 
     @overload
     def forward(
@@ -349,8 +410,8 @@ class MultiHeadAttention(nn.Module):
             cache: a [`KVCache`][attention.layer.cache.KVCache] from
                 [`init_cache`][attention.layer.multihead.MultiHeadAttention.init_cache]: `x` is the
                 next chunk of a sequence whose earlier tokens the cache has taken; positions
-                (for RoPE, the window, the sinks) continue from its `length`. A chunk given
-                without a mask or ids after one with them is real tokens of document 0.
+                (for RoPE, the mask, the modifiers) continue from each row's last (its
+                `next`). A chunk given without ids after one with them is document 0.
             document_ids: optional `(batch, num_tokens)` non-negative ints: several documents
                 packed in one row; a query sees only the keys of its own document.
             key: cross-attention: `(batch, num_keys, kdim)`, the other sequence (an
@@ -359,9 +420,10 @@ class MultiHeadAttention(nn.Module):
                 With a cache, the first call passes `key` and fills it; later calls (a
                 decoder's steps) pass none and read it.
             value: `(batch, num_keys, vdim)`, what the values come from; default `key`.
-            positions: each row's own positions `(batch, num_tokens)`, padding excluded, if
-                the caller computed them ([`next_positions`][attention.layer.cache.next_positions]);
-                default: computed here from the cache and `key_padding_mask`.
+            positions: each token's position `(batch, num_tokens)`, non-negative ints, read
+                by RoPE, the mask, the score modifiers and the cache alike (offsets, gaps,
+                any order where the mask allows; a ring cache needs each row's to grow from
+                call to call); default: each row's real tokens counted after the cache's.
             angles: RoPE's `(cos, sin)` at those positions, made once by a model for every
                 layer ([`RotaryTable.at`][attention.layer.positions.RotaryTable.at]); default: made
                 here.
@@ -373,7 +435,7 @@ class MultiHeadAttention(nn.Module):
 
         Raises:
             TypeError: `x` is not floating point or not of the parameters' dtype; `cache` not
-                a `KVCache`; `document_ids` not integers.
+                a `KVCache`; `document_ids` or `positions` not integers.
             ValueError: wrong rank or width of `x`, too many tokens, another device, a mask,
                 positions or document ids of the wrong shape, or a cache this chunk does not
                 fit.
@@ -395,14 +457,14 @@ class MultiHeadAttention(nn.Module):
             check_input(x, self.d_in, self.context_length, batched=True, like=w)  # or autocast
         if need_weights is not False and need_weights is not True:
             check_flag("need_weights", need_weights)
-        if key is not None or value is not None or (cache is not None and self._cross):
+        if key is not None or value is not None or (cache is not None and self._spec.cross):
             if document_ids is not None or positions is not None or angles is not None:
                 raise ValueError("document_ids pack one sequence's documents (positions and "
                                  "angles place its tokens): not for cross-attention (key "
                                  "given)")  # fmt: skip
-            self._check_cross(x.shape[0], key, value, key_padding_mask, cache)
-            out, weights = self._cross_attend(x, key, value, key_padding_mask, cache,
-                                              need_weights=need_weights)  # fmt: skip
+            cross.check(self, x.shape[0], key, value, key_padding_mask, cache)
+            out, weights = cross.attend(self, x, key, value, key_padding_mask, cache,
+                                        need_weights=need_weights)  # fmt: skip
             return out if weights is None else (out, weights)
         if (self.kdim, self.vdim) != (self.d_in, self.d_in):
             raise ValueError(f"this module projects keys from kdim={self.kdim} and values from "
@@ -410,275 +472,88 @@ class MultiHeadAttention(nn.Module):
                              "sequence to attend to")  # fmt: skip
         b, num_tokens, _ = x.shape
         if key_padding_mask is not None or document_ids is not None or positions is not None:
-            self._check_rows(b, num_tokens, x.device, key_padding_mask, document_ids, positions)
+            arguments.check_rows(b, num_tokens, x.device, key_padding_mask, document_ids,
+                                 positions)  # fmt: skip
         if key_padding_mask is not None:  # not even a NaN there may reach a real output
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
         if cache is not None and not (  # fast: a cache of this layout with room; else named
-            self._layout is not None and getattr(cache, "layout", None) == self._layout
+            getattr(cache, "layout", None) == self.layout is not None
             and cache.keys.shape[0] == b and cache.keys.dtype == w.dtype
-            and cache.keys.device == w.device
+            and cache.keys.device == w.device and cache.length >= (self.rule.bounds.prefix or 0)
             and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
         ):  # fmt: skip
-            self._check_cache(cache, b, num_tokens, w)
+            arguments.check_cache(self, cache, b, num_tokens, w)
         if angles is not None and not (type(angles) is tuple and len(angles) == 2
                                        and type(angles[0]) is Tensor
                                        and angles[0].shape[-2:] == (num_tokens, self.head_dim)
                                        and self.rotary is not None):  # fmt: skip
-            self._check_angles(angles, num_tokens)
-        if positions is None and (
-            key_padding_mask is not None or (cache is not None and cache.pads is not None)
-        ):
-            start, pads = (0, None) if cache is None else (cache.length, cache.pads)
-            positions = next_positions(num_tokens, start, pads, key_padding_mask)  # (b, T)|None
-        out, attn_weights = self._attend(x, cache, padded=key_padding_mask, documents=document_ids,
-                                         positions=positions, angles=angles,
-                                         need_weights=need_weights)  # fmt: skip
+            arguments.check_angles(angles, num_tokens, self.head_dim, self.rope)
+        if num_tokens == 0:  # nothing to attend: nothing stored either
+            empty = x.new_zeros(b, 0, self.d_out)
+            return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
+        q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
+        if cache is not None and cache.length == 0 and self.rule.bounds.prefix:
+            arguments.check_prefill(self.rule, q)
+        out, attn_weights = self._attend(x, q, cache, angles, need_weights)
         return out if attn_weights is None else (out, attn_weights)
-
-    def _check_rows(
-        self,
-        batch: int,
-        num_tokens: int,
-        device: torch.device,
-        key_padding_mask: object,
-        document_ids: object,
-        positions: object,
-    ) -> None:
-        """Raise an error naming the argument unless each is `(batch, num_tokens)`, as it must."""
-        if key_padding_mask is not None:
-            check_padding_mask(key_padding_mask, batch, num_tokens, device)
-        if document_ids is not None:
-            _check_documents(document_ids, batch, num_tokens, device)
-        if positions is not None:
-            pos = check_tensor("positions", positions)
-            if pos.shape != (batch, num_tokens) or pos.is_floating_point() or pos.device != device:
-                raise ValueError(f"positions must be integers of shape (batch, num_tokens) = "
-                                 f"({batch}, {num_tokens}) on {device}, got {pos.dtype} "
-                                 f"{tuple(pos.shape)} on {pos.device}")  # fmt: skip
-
-    def _check_angles(self, angles: object, num_tokens: int) -> None:
-        """RoPE's `(cos, sin)`: two tensors of `head_dim` columns, one per query position."""
-        ok = type(angles) is tuple and len(angles) == 2 and self.rotary is not None
-        cos = angles[0] if ok else None  # type: ignore[index]
-        if not (ok and isinstance(cos, Tensor) and isinstance(angles[1], Tensor)  # type: ignore[index]
-                and cos.shape[-1] == self.head_dim and cos.shape[-2] == num_tokens):  # fmt: skip
-            raise ValueError(f"angles must be RoPE's (cos, sin) for {num_tokens} positions and "
-                             f"head_dim={self.head_dim}, in a module with rope=True (rope="
-                             f"{self.rope}); got {type(angles).__name__}")  # fmt: skip
 
     def _attend(
         self,
         x: Tensor,
-        cache: KVCache | None = None,
-        *,
-        padded: Tensor | None = None,
-        documents: Tensor | None = None,
-        positions: Tensor | None = None,
-        angles: tuple[Tensor, Tensor] | None = None,
-        need_weights: bool = False,
+        q: Tokens,
+        cache: KVCache | None,
+        angles: tuple[Tensor, Tensor] | None,
+        need_weights: bool,
     ) -> tuple[Tensor, Tensor | None]:
-        """Self-attention, after [`forward`][attention.layer.multihead.MultiHeadAttention.forward]'s
-        checks: project, rotate, store in the cache, plan the kernel call, attend, merge heads.
+        """Self-attention, after the checks: project, rotate, `cache.update`, plan, run, merge.
 
         Args:
             x: `(batch, num_tokens, d_in)`, padded positions zeroed.
+            q: the tokens' positions (and documents).
             cache: the layer's cache, or None.
-            padded: `(batch, num_tokens)` bool, True = padding, or None.
-            documents: `(batch, num_tokens)` document ids, or None.
-            positions: `(batch, num_tokens)` each row's own positions, padding excluded; None
-                while they are the slots `start ...` for every row.
             angles: RoPE's `(cos, sin)` at those positions, or None: made here.
-            need_weights: also return the weights (explicit path).
+            need_weights: also return the weights (the explicit path).
 
         Returns:
             `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
             `(batch, num_heads, num_tokens, num_keys)` with `need_weights`, else None.
         """
         if self._unprobed and not torch.compiler.is_compiling():  # the first eager call:
-            _probe(self.rule, self.score_mods, self.num_heads, x)  # try them on its device
+            probe(self.rule, self.score_mods, self.num_heads, x)  # try them on its device
             self._unprobed = False
         b, num_tokens, _ = x.shape
-        start = 0 if cache is None else cache.length  # the chunk's first slot
-        queries, keys, values = self.project(x, start, positions, angles)  # (b, h | h_kv, T, d_h)
-        seg = None if padded is None and documents is None else segments(padded, documents)
-        k_pos: Tensor | None = None
-        k_seg: Tensor | None = seg
-        own = start == 0  # the first chunk (or no cache) sees only its own tokens
+        queries_, keys, values = self.project(x, q, angles)  # (b, h | h_kv, T, d_h)
+        k, own = q, cache is None or cache.length == 0  # a first chunk sees its own tokens
         if cache is not None:  # store; a later chunk gets every key it may need
-            stored = cache.update(keys, values, seg, positions)
-            if not own:  # (b, h_kv, S, d_h), their positions and segments
-                keys, values, k_pos, k_seg = stored
-                if keys.dtype != queries.dtype:  # autocast: the cache keeps the module's dtype
-                    keys, values = keys.to(queries.dtype), values.to(queries.dtype)
-                if k_seg is not None and seg is None:  # real tokens after padded ones
-                    seg = k_seg.new_zeros(b, num_tokens)
+            stored_keys, stored_values, stored = cache.update(q, keys, values)
+            if not own:  # (b, h_kv, S, d_h) and their positions
+                keys, values, k = stored_keys, stored_values, stored
+                if keys.dtype != queries_.dtype:  # autocast: the cache keeps the module's dtype
+                    keys, values = keys.to(queries_.dtype), values.to(queries_.dtype)
         dropout_p = self.dropout.p if self.training else 0.0
-        if need_weights or (self._explicit_only and not flex.usable(x.device, dropout_p)):
-            q_pos = _positions(start, num_tokens, positions, x.device)
-            if k_pos is None:  # the keys are the queries' own tokens, or in order from 0
-                k_pos = q_pos if own else torch.arange(keys.shape[2], device=x.device)
-            seen = visible(self.rule, q_pos, k_pos, seg, k_seg, num_heads=self.num_heads,
-                              batch=b)  # fmt: skip
-            context_vec, weights = self._explicit(queries, keys, values, seen, q_pos, k_pos)
-            attn_weights = weights if need_weights else None
-        elif own:  # padding anywhere: rows compacted, so every plan stays open
-            context_vec, attn_weights = fused_attention(
-                queries, keys, values, self.rule, padded=padded,
-                q_seg=None if documents is None else documents.long(),
-                k_seg=None if documents is None else documents.long(), dropout_p=dropout_p,
-                sink_logits=self.sink_logits, score_mods=self.score_mods, scale=self.scale,
-            ), None  # fmt: skip
-        else:
-            context_vec, attn_weights = fused_attention(
-                queries, keys, values, self.rule, start=start,
-                q_pos=positions if k_pos is not None and k_pos.ndim == 2 else None,
-                k_pos=k_pos, q_seg=seg, k_seg=k_seg, dropout_p=dropout_p,
-                sink_logits=self.sink_logits, score_mods=self.score_mods, scale=self.scale,
-            ), None  # fmt: skip
+        options = Options(self.num_heads, dropout_p, self.scale, self.sink_logits,
+                          self.score_mods, self.dropout)  # fmt: skip
+        chosen = plan_call(self.rule, q, k, options, own=own, need_weights=need_weights,
+                           flex=flex.usable(x.device, dropout_p))  # fmt: skip
+        if not torch.compiler.is_compiling():
+            self.last_plan: Plan = chosen  # what ran: the plan is the one printed
+        context_vec, attn_weights = run(chosen, queries_, keys, values, self.rule, q, k, options)
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
         return out, attn_weights
 
-    def _cross_attend(
-        self,
-        x: Tensor,
-        key: Tensor | None,
-        value: Tensor | None = None,
-        key_padding_mask: Tensor | None = None,
-        cache: KVCache | None = None,
-        *,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        r"""Cross-attention: queries from `x`, keys and values from another sequence.
-
-        $Q = X W_q$, $K = M_k W_k$, $V = M_v W_v$ for the other sequence $M$ (`key`,
-        `value`: an encoder's output, in an encoder-decoder); every query sees every real key
-        (nothing is causal between two sequences), none of the keys' padding. A cache holds
-        the keys and values once: the first call, with `key`, fills it; later calls pass
-        `key=None` and read them. `forward` checked the arguments.
-
-        Returns:
-            `(context_vec, attn_weights)`, the weights None without `need_weights`.
-        """
-        b, num_tokens, _ = x.shape
-        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
-        queries = queries.transpose(1, 2)  # (b, h, T, d_h)
-        keys, values, key_seg = self._memory(
-            key, value, key_padding_mask, cache
-        )  # (b, h_kv, S, d_h)
-        if need_weights:
-            seen = None if key_seg is None else (key_seg >= 0)[:, None, None, :]  # (b, 1, 1, S)
-            context_vec, attn_weights = self._explicit(queries, keys, values, seen)
-        else:
-            dropout_p = self.dropout.p if self.training else 0.0
-            context_vec = cross_attention(queries, keys, values, key_seg, dropout_p=dropout_p,
-                                          scale=self.scale)  # fmt: skip
-            attn_weights = None
-        context_vec = context_vec.transpose(1, 2).reshape(
-            b, num_tokens, self.d_out
-        )  # (b, T, d_out)
-        return self.out_proj(context_vec), attn_weights
-
-    def _check_cross(
-        self,
-        batch: int,
-        key: object,
-        value: object,
-        key_padding_mask: object,
-        cache: object,
-    ) -> None:
-        """Raise an error naming the argument unless cross-attention can run on these."""
-        plain = self.rule.bounds.everything and not self.score_mods
-        if self.causal or self.rope or self.sink_logits is not None or not plain:
-            raise ValueError(
-                "cross-attention (key and value from another sequence, or a cache on a module "
-                "with causal=False) needs causal=False, rope=False, no sink logit, mask or "
-                f"score modifier; this module has causal={self.causal}, rope={self.rope}, "
-                f"sink_logit={self.sink_logits is not None}, mask={self.rule!r}, "
-                f"score_mods={list(self.score_mods)}"
-            )
-        if cache is not None:
-            self._check_cross_cache(cache, batch, key)
-        if key is None:
-            if value is not None or key_padding_mask is not None:
-                raise ValueError("value and key_padding_mask come with key (without key, the "
-                                 "cache's keys, values and padding are read)")  # fmt: skip
-            return
-        w = self.W_key.weight
-        k = _check_memory("key", key, self.kdim, "kdim", batch, w)
-        if value is None and self.vdim != self.kdim:
-            raise ValueError(f"value defaults to key, but values are projected from "
-                             f"vdim={self.vdim} and keys from kdim={self.kdim}: pass "
-                             "value=")  # fmt: skip
-        v = k if value is None else _check_memory("value", value, self.vdim, "vdim", batch, w)
-        if v.shape[1] != k.shape[1]:
-            raise ValueError(f"key and value must have one length (num_keys), got "
-                             f"{k.shape[1]} and {v.shape[1]}")  # fmt: skip
-        if key_padding_mask is not None:
-            check_padding_mask(key_padding_mask, batch, k.shape[1], k.device)
-        if isinstance(cache, KVCache) and not 0 < k.shape[1] <= cache.slots:
-            raise ValueError(f"cache holds 1 to {cache.slots} keys (max_tokens), got key "
-                             f"with {k.shape[1]}")  # fmt: skip
-
-    def _check_cross_cache(self, cache: object, batch: int, key: object) -> None:
-        if not isinstance(cache, KVCache):
-            raise TypeError(
-                f"cache must be a KVCache (from init_cache), got {type(cache).__name__}"
-            )
-        weight, keys = self.W_key.weight, cache.keys
-        made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
-        if made != (self.num_kv_heads, self.head_dim, weight.dtype, weight.device):
-            raise ValueError(f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, "
-                             f"{made[2]} on {made[3]}: use this module's init_cache")  # fmt: skip
-        if batch != cache.batch_size:
-            raise ValueError(f"cache was made for batch_size={cache.batch_size}, got a batch "
-                             f"of {batch}")  # fmt: skip
-        if key is not None and cache.length:
-            raise ValueError(f"cache already holds {cache.length} keys of the other sequence: "
-                             "call without key to read them, or reset it first")  # fmt: skip
-        if key is None and not cache.length:
-            raise ValueError("cache is empty: the first cross-attention call passes key= (and "
-                             "value=) to fill it")  # fmt: skip
-
-    def _memory(
-        self,
-        key: Tensor | None,
-        value: Tensor | None,
-        key_padding_mask: Tensor | None,
-        cache: KVCache | None,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """The other sequence's keys and values `(b, h_kv, S, d_h)` and segments `(b, S)`."""
-        if key is None:  # the cache holds them (checked)
-            assert cache is not None
-            seg = None if cache.segments is None else cache.segments[:, : cache.length]
-            return cache.keys[:, :, : cache.length], cache.values[:, :, : cache.length], seg
-        value = key if value is None else value
-        if key_padding_mask is not None:  # a NaN in padding must not reach a real output
-            key = key.masked_fill(key_padding_mask[..., None], 0.0)
-            value = value.masked_fill(key_padding_mask[..., None], 0.0)
-        b, num_keys, _ = key.shape
-        keys = self.W_key(key).view(b, num_keys, self.num_kv_heads, self.head_dim)
-        values = self.W_value(value).view(b, num_keys, self.num_kv_heads, self.head_dim)
-        keys, values = keys.transpose(1, 2), values.transpose(1, 2)  # (b, h_kv, S, d_h)
-        seg = segments(key_padding_mask)  # (b, S): -1 for padding, or None
-        if cache is not None:
-            keys, values, _, seg = cache.update(keys, values, seg)
-        return keys, values, seg
-
     def project(
         self,
         x: Tensor,
-        start: int = 0,
-        positions: Tensor | None = None,
+        positions: Tokens | None = None,
         angles: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values split into heads, rotated (RoPE) at positions `start ...`.
+        """Queries, keys and values split into heads, rotated (RoPE) at the tokens' positions.
 
         Args:
             x: `(batch, num_tokens, d_in)`.
-            start: the first token's position.
-            positions: or `(batch, num_tokens)`, each row's own positions.
+            positions: the tokens' positions; default `0 ... num_tokens - 1`.
             angles: RoPE's `(cos, sin)` at those positions, if the model made them.
 
         Returns:
@@ -686,19 +561,16 @@ class MultiHeadAttention(nn.Module):
         """
         # Q = X W_q, K = X W_k, V = X W_v: (b, T, h * d_h) -> (b, T, h, d_h) -> (b, h, T, d_h)
         b, num_tokens, _ = x.shape
-        queries = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
+        queries_ = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
         keys = self.W_key(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
         values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
-        queries, keys, values = (
-            queries.transpose(1, 2),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
-        )
-        if self.rotary is not None:  # turn each query and key by m * theta_i, m = start, ...
-            if angles is None:  # the model made none: this chunk's own
-                angles = self.rotary.at(start, num_tokens, positions, x.device, x.dtype)
-            queries, keys = rotate_with(queries, angles), rotate_with(keys, angles)
-        return queries, keys, values
+        queries_, keys, values = queries_.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
+        if self.rotary is not None:  # turn each query and key by m * theta_i at its position m
+            if angles is None:
+                angles = self.rotary.of(positions or Tokens(b, num_tokens, x.device, start=0),
+                                        x.dtype)  # fmt: skip
+            queries_, keys = rotate_with(queries_, angles), rotate_with(keys, angles)
+        return queries_, keys, values
 
     def scores(self, x: Tensor) -> Tensor:
         r"""Every query head's scores $Q K^\top$ times the scale ($1 / \sqrt{d_h}$), unmasked.
@@ -713,10 +585,10 @@ class MultiHeadAttention(nn.Module):
             `(batch, num_heads, num_tokens, num_tokens)`.
         """
         check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
-        queries, keys, _ = self.project(x)  # (b, h, T, d_h), (b, h_kv, T, d_h)
+        queries_, keys, _ = self.project(x)  # (b, h, T, d_h), (b, h_kv, T, d_h)
         keys = keys.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)  # (b, h, T, d_h)
         scale = 1 / math.sqrt(self.head_dim) if self.scale is None else self.scale
-        return queries @ keys.transpose(-2, -1) * scale  # (b, h, T, T)
+        return queries_ @ keys.transpose(-2, -1) * scale  # (b, h, T, T)
 
     def mask(self, num_tokens: int, device: torch.device | str | None = None) -> Tensor:
         """This layer's `(num_tokens, num_tokens)` bool mask, True = may attend, from its rule.
@@ -738,7 +610,7 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             batch_size: sequences generated together.
-            max_tokens: the most tokens it will take, prompt included; default
+            max_tokens: the most tokens it will take, prompt (and padding) included; default
                 `context_length`, or no limit for a layer with a window.
 
         Returns:
@@ -755,7 +627,7 @@ class MultiHeadAttention(nn.Module):
             max_tokens = self.context_length
         if max_tokens is not None:
             check_size("max_tokens", max_tokens)
-            if self.causal and window is None and max_tokens > self.context_length:
+            if self.layout is not None and window is None and max_tokens > self.context_length:
                 raise ValueError(
                     f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
                 )
@@ -763,84 +635,18 @@ class MultiHeadAttention(nn.Module):
         cache = KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
                         window=window, sinks=self.sinks, device=weight.device,
                         dtype=weight.dtype)  # fmt: skip
-        cache.layout = self._layout
+        cache.layout = self.layout
         return cache
 
     def check_cache(self, cache: object, batch_size: int, num_tokens: int) -> None:
         """Raise an error naming `cache` unless it was made for this layer and fits the chunk.
 
-        Args:
-            cache: what was passed as `cache`.
-            batch_size: the chunk's batch.
-            num_tokens: the chunk's tokens.
-
         Raises:
             TypeError: not a `KVCache`.
-            ValueError: a non-causal module, another head layout, dtype or device, window,
-                batch size, or no room left.
+            ValueError: a mask that no cache can take, another head layout, dtype or device,
+                window, batch size, or no room left.
         """
-        self._check_cache(cache, batch_size, num_tokens, self.W_key.weight)
-
-    def _check_cache(self, cache: object, batch_size: int, num_tokens: int, like: Tensor) -> None:
-        if not isinstance(cache, KVCache):
-            raise TypeError(
-                f"cache must be a KVCache (from init_cache), got {type(cache).__name__}"
-            )
-        if not self.rule.bounds.causal:
-            raise ValueError(
-                f"cache needs a mask that hides the future; this module's mask {self.rule!r} "
-                "does not certainly (causal=False, or a mask_mod without bounds: pass "
-                "causal=True with it, or use causal() & mask): a later token would change "
-                "what the cached ones attended to")  # fmt: skip
-        keys = cache.keys
-        made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
-        if made != (self.num_kv_heads, self.head_dim, like.dtype, like.device):
-            raise ValueError(
-                f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, {made[2]} on "
-                f"{made[3]}; this module has num_kv_heads={self.num_kv_heads}, head_dim="
-                f"{self.head_dim}, {like.dtype} on {like.device}: use its init_cache"
-            )
-        if cache.ring and (cache.window, cache.sinks) != (
-            self.rule.bounds.reach or None,
-            self.rule.bounds.anchor,
-        ):
-            raise ValueError(f"cache keeps window={cache.window}, sinks={cache.sinks}; this "
-                             f"module has window={self.window}, sinks={self.sinks}")  # fmt: skip
-        if batch_size != keys.shape[0]:
-            raise ValueError(
-                f"cache was made for batch_size={keys.shape[0]}, got a batch of {batch_size}"
-            )
-        limit = cache.max_tokens
-        if limit is not None and cache.length + num_tokens > limit:
-            raise ValueError(
-                f"cache holds {cache.length} of max_tokens={limit} tokens: {num_tokens} more "
-                "do not fit (reset it, or make a larger one)"
-            )
-
-    def _explicit(
-        self,
-        queries: Tensor,
-        keys: Tensor,
-        values: Tensor,
-        mask: Tensor | None,
-        q_pos: Tensor | None = None,
-        k_pos: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """The explicit path: each query head reads its key/value head, repeated per group.
-
-        `q_pos` `(T,)` or `(b, T)` and `k_pos` `(S,)` or `(b, S)` are the positions the
-        score modifiers see.
-        """
-        group = self.num_heads // self.num_kv_heads  # query head i reads kv head i // group
-        keys = keys.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
-        values = values.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
-        sink = None if self.sink_logits is None else self.sink_logits[:, None, None]  # (h, 1, 1)
-        score_mod = None
-        if self.score_mods and q_pos is not None and k_pos is not None:
-            score_mod = _bind(self.score_mods, q_pos, k_pos, queries.shape[0], self.num_heads)
-        return explicit_attention(queries, keys, values, mask, dropout=self.dropout,
-                                  sink_logits=sink, score_mod=score_mod,
-                                  scale=self.scale)  # fmt: skip
+        arguments.check_cache(self, cache, batch_size, num_tokens, self.W_key.weight)
 
     def extra_repr(self) -> str:
         """Shown by `print(module)`: what is not visible in the submodules."""
@@ -855,253 +661,12 @@ class MultiHeadAttention(nn.Module):
             options.append(f"score_mods={list(self.score_mods)}")
         if self.scale is not None:
             options.append(f"scale={self.scale:g}")
-        if self.rope:
+        if self.rope_base is not None:
             options.append(f"rope_base={self.rope_base:g}")
         return ", ".join(options)
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
-        """The fused module that computes exactly what `wrapper` computes.
-
-        Head $i$'s `W_query` becomes rows $i d_h \\dots (i+1) d_h$ of the fused `W_query` (and
-        likewise for keys and values), which is the slice that the head split's `view` hands
-        to head $i$; `out_proj` is the identity with zero bias, since the wrapper has none.
-        The new module is in the wrapper's mode (`training` or `eval`).
-
-        Args:
-            wrapper: a `MultiHeadAttentionWrapper` of `num_heads` heads, each `d_out` wide.
-
-        Returns:
-            A `MultiHeadAttention` with `d_out * num_heads` outputs, same device, dtype and
-            mode.
-
-        Raises:
-            TypeError: `wrapper` is not a `MultiHeadAttentionWrapper`.
-
-        Examples:
-            >>> _ = torch.manual_seed(0)
-            >>> wrapper = MultiHeadAttentionWrapper(3, 2, context_length=6, dropout=0, num_heads=2)
-            >>> fused = MultiHeadAttention.from_wrapper(wrapper.eval())
-            >>> fused.training
-            False
-            >>> x = torch.randn(2, 6, 3)
-            >>> torch.allclose(wrapper(x), fused(x), atol=1e-6)
-            True
-        """
-        if not isinstance(wrapper, MultiHeadAttentionWrapper):
-            raise TypeError(f"expected a MultiHeadAttentionWrapper, got {type(wrapper).__name__}")
-        heads: list[CausalAttention] = list(wrapper.heads)  # type: ignore[arg-type]
-        first = heads[0]
-        qkv_bias = first.W_query.bias is not None
-        weight = first.W_query.weight
-        fused = cls(
-            first.d_in,
-            first.d_out * len(heads),
-            first.context_length,
-            first.dropout.p,
-            num_heads=len(heads),
-            qkv_bias=qkv_bias,
-        ).to(device=weight.device, dtype=weight.dtype)
-        with torch.no_grad():
-            for name in ("W_query", "W_key", "W_value"):
-                target: nn.Linear = getattr(fused, name)
-                target.weight.copy_(torch.cat([getattr(h, name).weight for h in heads], dim=0))
-                if qkv_bias:
-                    target.bias.copy_(torch.cat([getattr(h, name).bias for h in heads], dim=0))
-            fused.out_proj.weight.copy_(torch.eye(fused.d_out))
-            fused.out_proj.bias.zero_()
-        return fused.train(wrapper.training)
-
-
-def _rule(causal: bool | None, window: int | None, sinks: int, mask: object) -> Mask:
-    """The layer's mask: `mask` (with `causal=True`, `causal() & mask`), or the shorthand's."""
-    if causal is not None:
-        check_flag("causal", causal)
-    if mask is None:
-        return from_flags(True if causal is None else causal, window, sinks)
-    if window is not None or sinks:
-        raise ValueError(f"pass mask= or window=/sinks=, not both: got mask={mask!r:.60}, "
-                         f"window={window}, sinks={sinks} (write window(w) | sinks(k) into "
-                         "the mask)")  # fmt: skip
-    rule = as_mask(mask)
-    if causal is False and rule.bounds.causal:
-        raise ValueError(f"causal=False, but mask={rule!r} hides the future: drop causal=")
-    return from_flags(True, None, 0) & rule if causal else rule
-
-
-def _check_cross_options(kdim: int, vdim: int, d_in: int, **options: object) -> None:
-    """Other widths than `d_in` are for cross-attention: no causal mask, RoPE, sink or mask."""
-    if any(value not in (False, None, ()) for value in options.values()):
-        got = ", ".join(f"{k}={v}" for k, v in options.items())
-        raise ValueError(
-            f"kdim={kdim}, vdim={vdim} (other than d_in={d_in}) are for cross-attention, "
-            f"which needs causal=False, rope=False, no sink_logit, mask or score_mods; got {got}"
-        )
-
-
-def _probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, x: Tensor) -> None:
-    """Call the mask and each score modifier once, on the first call's batch, its first (at
-    most 4) positions and its device: a broken one fails here, by name. NaN and a `bias` that
-    is not `fn - score` are looked for where the mask sees (and not on `meta`).
-
-    Raises:
-        TypeError: a function that raises, or returns the wrong kind of tensor.
-        ValueError: a result of the wrong shape, a NaN, or a `bias` that is not `fn - score`.
-    """
-    batch, n, device = x.shape[0], max(1, min(4, x.shape[1])), x.device
-    pos = torch.arange(n, device=device)
-    seen = evaluate(rule, pos, pos, num_heads=num_heads, batch=batch)  # raises, naming it
-    b, h, q, kv = indices(pos, pos, batch=batch, num_heads=num_heads)
-    score = torch.linspace(-3.0, 3.0, n * n, device=device).view(1, 1, n, n)
-    score = score.expand(batch, num_heads, n, n)
-    for i, mod in enumerate(score_mods):
-        name = f"score_mods[{i}] ({mod.name})"
-        out = _call(name, mod.fn, (score, b, h, q, kv), score.shape, exact=True)
-        bias = None if mod.bias is None else _call(f"{name}'s bias", mod.bias, (b, h, q, kv),
-                                                   score.shape)  # fmt: skip
-        if device.type == "meta":
-            continue
-        if bool(out.isnan()[seen.expand_as(out)].any()):
-            raise ValueError(f"{name} turned finite scores into NaN where the mask sees")
-        if bias is not None and not torch.allclose(
-            out.masked_fill(~seen, 0),
-            (score + bias.to(score.dtype)).masked_fill(~seen, 0),
-            atol=1e-5,
-        ):
-            raise ValueError(f"{name}: its bias is not fn(score) - score, as an additive form "
-                             "must be")  # fmt: skip
-
-
-def _call(
-    name: str, fn: Callable[..., object], args: tuple[Tensor, ...], shape: Size, exact: bool = False
-) -> Tensor:
-    """`fn(*args)`, a floating tensor of `shape` (or, unless `exact`, one that broadcasts to
-    it), or an error naming `name`."""
-    try:
-        out = fn(*args)
-    except Exception as error:
-        shapes = ", ".join(str(tuple(a.shape)) for a in args)
-        raise TypeError(f"{name} failed on tensors of shapes {shapes}: "
-                        f"{type(error).__name__}: {error}") from error  # fmt: skip
-    if not isinstance(out, Tensor) or not out.is_floating_point():
-        kind = out.dtype if isinstance(out, Tensor) else type(out).__name__
-        raise TypeError(f"{name} must return floating-point scores, got {kind}")
-    try:
-        if (out.shape != shape) if exact else torch.broadcast_shapes(out.shape, shape) != shape:
-            raise RuntimeError
-    except RuntimeError:
-        raise ValueError(f"{name} must return the scores' shape {tuple(shape)}"
-                         f"{'' if exact else ' (or one that broadcasts to it)'}, got "
-                         f"{tuple(out.shape)}") from None  # fmt: skip
-    return out
-
-
-def _bind(
-    score_mods: Sequence[ScoreMod], q_pos: Tensor, k_pos: Tensor, batch: int, num_heads: int
-) -> Callable[[Tensor], Tensor]:
-    """The score modifiers as one function of the scores `(b, h, T, S)`, positions bound."""
-    b, h, q, kv = indices(q_pos, k_pos, batch=batch, num_heads=num_heads)
-
-    def modify(scores: Tensor) -> Tensor:
-        for mod in score_mods:  # f_n(... f_1(s) ...), in list order
-            scores = mod(scores, b, h, q, kv)
-        return scores
-
-    return modify
-
-
-def _positions(
-    start: int, num_tokens: int, positions: Tensor | None, device: torch.device
-) -> Tensor:
-    """The queries' positions: each row's, or the slots `start ...`."""
-    if positions is not None:
-        return positions
-    return torch.arange(start, start + num_tokens, device=device)
-
-
-def _check_sizes(
-    d_in: int, d_out: int, context_length: int, num_heads: int, num_kv_heads: int
-) -> None:
-    for name, value in (("d_in", d_in), ("d_out", d_out), ("context_length", context_length),
-                        ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):  # fmt: skip
-        check_size(name, value)
-    if d_out % num_heads != 0:
-        raise ValueError(
-            f"d_out must be divisible by num_heads: got d_out={d_out}, num_heads={num_heads}"
-        )
-    if num_heads % num_kv_heads != 0:
-        raise ValueError(
-            "num_heads must be divisible by num_kv_heads (each key/value head serves a "
-            f"group of query heads): got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
-        )
-
-
-def _check_memory(
-    name: str, t: object, width: int, width_name: str, batch: int, like: Tensor
-) -> Tensor:
-    """Check cross-attention's `key` or `value`: `(batch, num_keys, width)`, like the module."""
-    t = check_tensor(name, t, ndim=3, floating=True, like=like)
-    if t.shape[0] != batch or t.shape[2] != width:
-        raise ValueError(f"{name} must have shape (batch, num_keys, {width_name}) = ({batch}, "
-                         f"num_keys, {width}), got {tuple(t.shape)}")  # fmt: skip
-    return t
-
-
-def _check_documents(
-    document_ids: object, batch: int, num_tokens: int, device: torch.device
-) -> None:
-    ids = check_tensor("document_ids", document_ids)
-    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise TypeError(f"document_ids must be integers, got dtype {ids.dtype}")
-    if ids.shape != (batch, num_tokens):
-        raise ValueError(
-            f"document_ids must have shape (batch, num_tokens) = ({batch}, {num_tokens}), "
-            f"got {tuple(ids.shape)}"
-        )
-    if ids.device != device:
-        raise ValueError(f"document_ids must be on the input's device {device}, got {ids.device}")
-    if _readable(ids) and bool((ids < 0).any()):
-        raise ValueError(f"document_ids must be >= 0, got {int(ids.min())}")
-
-
-def _readable(t: Tensor) -> bool:
-    """Whether a tensor's values may steer Python: not while exporting, not on `meta`."""
-    return not torch.compiler.is_exporting() and t.device.type != "meta"
-
-
-def _drop_book_mask(
-    module: nn.Module,
-    state_dict: dict[str, Tensor],
-    prefix: str,
-    *args: object,
-) -> None:
-    """A load hook: accept a book checkpoint's `mask` buffer, after checking it is causal.
-
-    The book's class stores `triu(ones(context_length, context_length), 1)` (float in the
-    book's chapter, bool in later versions); this module computes the mask instead, so the
-    entry is checked and dropped. Any other mask would change what the module computes, and
-    is refused rather than silently ignored.
-    """
-    key = prefix + "mask"
-    if key not in state_dict:
-        return
-    mask = state_dict.pop(key)
-    causal = getattr(module, "causal", True)
-    if not isinstance(mask, Tensor) or mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
-        shape = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
-        raise ValueError(f"the state_dict's {key!r} must be a square (n, n) tensor, got {shape}")
-    if mask.device.type != "meta" and not torch.equal(
-        mask.bool(),
-        ~causal_mask(mask.shape[0], device=mask.device),  # the book's: True hidden
-    ):
-        raise ValueError(
-            f"the state_dict's {key!r} is not the causal mask triu(ones(n, n), diagonal=1) "
-            "that a book checkpoint holds: MultiHeadAttention computes its mask (causal or "
-            "none, by `causal`) and cannot load another"
-        )
-    if not causal:
-        raise ValueError(
-            f"the state_dict's {key!r} is a causal mask, but this module has causal=False: "
-            "load it into a causal module, or delete the entry to reuse the weights "
-            "without the mask"
-        )
+        """The fused module that computes exactly what `wrapper` computes
+        ([`convert.from_wrapper`][attention.layer.convert.from_wrapper])."""
+        return convert.from_wrapper(cls, wrapper)

@@ -36,11 +36,15 @@ Examples:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from attention.checks import check_size, check_tensor
+
+if TYPE_CHECKING:
+    from attention.layer.tokens import Tokens
 
 __all__ = [
     "RotaryTable",
@@ -344,6 +348,13 @@ class RotaryTable:
         # numbers): any position works, and no value is read to size a table
         cos, sin = self._far(positions.clamp(min=0), positions.device, dtype)  # (b, T, d_h)
         return cos[:, None], sin[:, None]  # (b, 1, T, d_h)
+
+    def of(self, tokens: Tokens, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """`(cos, sin)` at the tokens' positions: `(T, d_h)` from the table where every row's
+        are `start ...`, else `(b, 1, T, d_h)` computed from them (no token: as 0)."""
+        if tokens.start is not None:
+            return self.angles(tokens.start, tokens.n, tokens.device, dtype)
+        return self.at(0, tokens.n, tokens.pos, tokens.device, dtype)
 
     def _far(
         self, positions: Tensor, device: torch.device, dtype: torch.dtype

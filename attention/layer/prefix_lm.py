@@ -37,16 +37,18 @@ def _prefix(n: int, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
 def prefix(n: int) -> Mask:
     """$i < n \\wedge j < n$: the first `n` positions see each other, and nothing else.
 
-    Its bounds: a query sees no key at or past `n` (a reach of 0 with `n` anchors).
+    Its bounds: a query sees no key at or past `n` (a reach of 0 with `n` anchors), so from
+    position `n` on it is causal.
     """
     check_size("prefix", n)
-    return Mask(partial(_prefix, n), f"prefix({n})", Bounds(reach=0, anchor=n), f"prefix({n})")
+    return Mask(partial(_prefix, n), f"prefix({n})", Bounds(causal_from=n, reach=0, anchor=n), f"prefix({n})")
 
 
 def prefix_lm(n: int) -> Mask:
     """`causal() | prefix(n)`: a prefix-LM over a prompt of `n` positions.
 
-    Not causal (a prompt token sees later prompt tokens), so a layer with it takes no cache:
-    give the whole prompt in one call.
+    Not causal (a prompt token sees later prompt tokens), but causal from position `n` on: a
+    layer with it takes a cache once its first call holds the whole prompt, and every later
+    token is decoded causally (PaliGemma's generation).
     """
     return causal() | prefix(n)

@@ -10,13 +10,16 @@ change, and that never waits for the device, can be recorded.
 The usual step (the dynamic one) reads the cache's live slots, so its shapes grow by one
 key a step, and finds slots from host integers. The **static step** (gpt-fast's):
 
-- each block's [`StaticCache`][attention.layer.cache.StaticCache] writes the new key and
-  value at the slot its position gives and returns **every** slot with each slot's position;
+- each block's [`KVCache`][attention.layer.cache.KVCache], inside its
+  [`static_steps`][attention.layer.cache.KVCache.static_steps], writes the new key and value
+  at the slot its position gives and returns **every** slot with each slot's position (the
+  same update as a dynamic step's, so the two mix freely on the same caches);
   the layer's mask, evaluated at the positions on the device, hides the empty ones (a
   position below 0 is never visible), so the kernel sees `(b, h_kv, slots, d_h)` at every
   step;
-- each row's position is a device tensor `(b, 1)`, advanced on the device at the step's end;
-  the model's own `logits` takes it, for the position embedding and RoPE's angles;
+- each row's position is the cache's own `next`, a device tensor, read at the step's start
+  and advanced by the update; the model's own `logits` takes it, for the position embedding
+  and RoPE's angles;
 - nothing is read on the host and no Python branch depends on a value.
 
 It is the model's own computation ([`GPTModel.logits`][attention.model.gpt.GPTModel.logits]
@@ -49,7 +52,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention.layer.cache import KVCache, StaticCache
+from contextlib import ExitStack
+
+from attention.layer.cache import KVCache
 from attention.model.gpt import GPTModel
 
 __all__ = ["StaticDecode", "supports_static"]
@@ -62,7 +67,7 @@ def supports_static(model: GPTModel) -> bool:
     which compiles and plans on the host: such a model keeps the dynamic step there.
     """
     on_cuda = model.tok_emb.weight.device.type == "cuda"
-    return not (on_cuda and any(block.att._explicit_only for block in model.blocks))
+    return not (on_cuda and any(block.att.spec.explicit_only for block in model.blocks))
 
 
 class StaticDecode:
@@ -83,11 +88,6 @@ class StaticDecode:
         first = caches[0]
         device = first.keys.device
         self.model, self.caches = model, caches
-        self.static: list[KVCache] = [StaticCache.of(cache) for cache in caches]
-        # each row's next position: its tokens so far, padding excluded; (b, 1) on the device
-        self.positions = torch.full((first.batch_size, 1), first.length, device=device)
-        if first.pads is not None:
-            self.positions -= first.pads[:, None]
         self.token = torch.zeros(first.batch_size, 1, dtype=torch.long, device=device)
         self.graph_on = device.type == "cuda" if graph is None else graph
         self.steps = 0
@@ -96,25 +96,32 @@ class StaticDecode:
 
     def step(self) -> Tensor:
         """One token per row (`self.token`) through the model: `(b, vocab_size)` logits."""
-        logits = self.model.logits(self.token, self.static, positions=self.positions)[:, -1]
-        self.positions.add_(1)  # the next step's, on the device
-        return logits
+        with ExitStack() as stack:
+            for cache in self.caches:
+                stack.enter_context(cache.static_steps())
+            positions = self.caches[0].next[:, None].clone()  # (b, 1): each row's next
+            return self.model.logits(self.token, self.caches, positions=positions)[:, -1]
 
     def __call__(self, token: Tensor) -> Tensor:
+        first, model = self.caches[0], self.model
+        if model.pos_emb is not None and first.length >= model.context_length:
+            raise ValueError(f"the caches hold {first.length} tokens: a model with learned "
+                             f"positions takes at most context_length={model.context_length}")  # fmt: skip
         self.token.copy_(token)
         if not self.graph_on:
-            logits = self.step()
+            logits = self.step()  # each cache's update counts the token
         elif self.steps == 0:  # warm up off the capture: kernels chosen, tables made
             logits = self._warm_up()
         else:
-            if self._graph is None:
+            if self._graph is None:  # recording runs the Python (counting), not the step
                 self._graph, self._logits = self._record()
+            else:  # a replay runs no Python: the host's count, for the layers' checks
+                for cache in self.caches:
+                    cache.length += 1
             self._graph.replay()
             assert self._logits is not None
             logits = self._logits
         self.steps += 1
-        for cache in (*self.caches, *self.static):  # the host's count, for the checks
-            cache.length += 1
         return logits
 
     def _warm_up(self) -> Tensor:

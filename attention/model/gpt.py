@@ -46,8 +46,10 @@ import torch.nn.functional as F
 from torch import Size, Tensor, nn
 
 from attention.checks import check_dropout, check_flag, check_ids, check_size, check_tensor
-from attention.layer.cache import KVCache, next_positions
-from attention.layer.multihead import MultiHeadAttention, _check_documents
+from attention.layer.cache import KVCache
+from attention.layer.tokens import Tokens, queries
+from attention.layer.arguments import check_documents
+from attention.layer.multihead import MultiHeadAttention
 
 __all__ = [
     "GELU",
@@ -300,7 +302,7 @@ class GPTModel(nn.Module):
             if caches is not None or attention_mask is not None:
                 raise ValueError("document_ids: give them without caches and attention_mask")
             batch, num_tokens = in_idx.shape
-            _check_documents(document_ids, batch, num_tokens, in_idx.device)
+            check_documents(document_ids, batch, num_tokens, in_idx.device)
         return self.logits(in_idx, caches, attention_mask=attention_mask,
                            document_ids=document_ids)  # fmt: skip
 
@@ -402,14 +404,12 @@ class GPTModel(nn.Module):
                 static decode step ([`StaticDecode`][attention.model.decode.StaticDecode]);
                 default: counted from the caches and the mask.
         """
-        start = 0 if caches is None else caches[0].length
         pad = None if attention_mask is None else attention_mask == 0  # (b, T): True = padding
-        if positions is None:
-            positions = self.positions(in_idx.shape[1], start, caches, pad)  # (b, T) | None
-        x = self.embed(in_idx, start, positions)  # (b, T, emb_dim)
+        tokens = self.positions(in_idx, caches, pad, positions)  # once, for every block
+        x = self.embed(in_idx, tokens.start or 0, None if tokens.start is not None else tokens.pos)
         angles = None  # RoPE's cos and sin at these positions: once, for every block
         if self.rotary is not None:
-            angles = self.rotary.at(start, in_idx.shape[1], positions, x.device, x.dtype)
+            angles = self.rotary.of(tokens, x.dtype)
         for i, block in enumerate(self.trf_blocks):
             x = block(x, None if caches is None else caches[i], padded=pad,
                       documents=document_ids, positions=positions, angles=angles)  # fmt: skip
@@ -420,20 +420,17 @@ class GPTModel(nn.Module):
 
     def positions(
         self,
-        num_tokens: int,
-        start: int,
+        in_idx: Tensor,
         caches: list[KVCache] | None,
         padded: Tensor | None,
-    ) -> Tensor | None:
-        """Each row's positions `(batch, num_tokens)` where padding sets them apart; else None.
-
-        Computed once per call, for every block
-        ([`next_positions`][attention.layer.cache.next_positions]): the caches' padding (`pads`) and
-        the chunk's (`padded`, True = padding) are skipped. None when no padding was ever
-        given: then the positions are the slots `start ...`.
-        """
-        pads = None if caches is None else caches[0].pads  # (b,) padding already taken
-        return next_positions(num_tokens, start, pads, padded)
+        positions: Tensor | None = None,
+    ) -> Tokens:
+        """The tokens' positions, as every block's attention counts them
+        ([`queries`][attention.layer.tokens.queries]): `positions` if given, else each row's
+        real tokens (`padded` True = padding) after what the caches hold."""
+        b, num_tokens = in_idx.shape
+        cache = None if caches is None else caches[0]
+        return queries(b, num_tokens, padded, positions, None, in_idx.device, cache)
 
     def init_caches(self, batch_size: int, max_tokens: int | None = None) -> list[KVCache]:
         """One empty key/value cache per block, for `batch_size` sequences of `max_tokens`.

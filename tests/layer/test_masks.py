@@ -136,7 +136,7 @@ def test_attention_gyms_masks_equal_ours() -> None:
         (window(16), (1, 18, 500, False), "none"),  # decode over a ring: exactly its keys
         (causal() & (window(16) | sinks(2)), (1, 18, 500, False), "none"),
         (causal() & Mask(causal_mask), (64, 64), "mask"),  # a user's function: evaluated
-        (Mask(causal_mask, bounds=Bounds(causal=True, near=math.inf, first=math.inf)),
+        (Mask(causal_mask, bounds=Bounds(causal_from=0, near=math.inf, first=math.inf)),
          (64, 64), "is_causal"),  # ... unless it declares what it is
         (causal() | Mask(generate_prefix_lm_mask(8)), (64, 64), "mask"),
     ],

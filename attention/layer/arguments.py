@@ -1,0 +1,216 @@
+"""The layer's argument checks: each raises an error that names the argument, what it must be
+and what it got, before anything is computed or stored.
+
+The forward's own fast test reads only shapes, dtypes and devices; these run when it fails
+(or when an optional argument is given), so a decode step pays for none of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from attention.checks import check_flag, check_padding_mask, check_size, check_tensor
+from attention.layer.cache import KVCache
+from attention.layer.masks import Mask, as_mask, from_flags
+from attention.layer.tokens import Tokens
+
+if TYPE_CHECKING:
+    from attention.layer.multihead import MultiHeadAttention
+
+__all__ = [
+    "check_angles",
+    "check_cache",
+    "check_cross",
+    "check_cross_options",
+    "check_documents",
+    "check_memory",
+    "check_prefill",
+    "check_rows",
+    "check_sizes",
+    "layer_mask",
+    "readable",
+]
+
+
+def layer_mask(causal: bool | None, window: int | None, sinks: int, mask: object) -> Mask:
+    """The layer's mask: `mask` (with `causal=True`, `causal() & mask`), or the shorthand's."""
+    if causal is not None:
+        check_flag("causal", causal)
+    if mask is None:
+        return from_flags(True if causal is None else causal, window, sinks)
+    if window is not None or sinks:
+        raise ValueError(f"pass mask= or window=/sinks=, not both: got mask={mask!r:.60}, "
+                         f"window={window}, sinks={sinks} (write window(w) | sinks(k) into "
+                         "the mask)")  # fmt: skip
+    rule = as_mask(mask)
+    if causal is False and rule.bounds.causal:
+        raise ValueError(f"causal=False, but mask={rule!r} hides the future: drop causal=")
+    return from_flags(True, None, 0) & rule if causal else rule
+
+
+def check_cross_options(kdim: int, vdim: int, d_in: int, **options: object) -> None:
+    """Other widths than `d_in` are for cross-attention: no causal mask, RoPE, sink or mask."""
+    if any(value not in (False, None, ()) for value in options.values()):
+        got = ", ".join(f"{k}={v}" for k, v in options.items())
+        raise ValueError(
+            f"kdim={kdim}, vdim={vdim} (other than d_in={d_in}) are for cross-attention, "
+            f"which needs causal=False, rope=False, no sink_logit, mask or score_mods; got {got}"
+        )
+
+
+def check_sizes(
+    d_in: object, d_out: object, context_length: object, num_heads: object, num_kv_heads: object
+) -> tuple[int, int, int, int, int]:
+    """The layer's sizes as ints (NumPy's too), each at least 1, the heads dividing evenly."""
+    names = ("d_in", "d_out", "context_length", "num_heads", "num_kv_heads")
+    values = (d_in, d_out, context_length, num_heads, num_kv_heads)
+    d_in, d_out, context_length, num_heads, num_kv_heads = (
+        check_size(name, value) for name, value in zip(names, values, strict=True))  # fmt: skip
+    if d_out % num_heads != 0:
+        raise ValueError(
+            f"d_out must be divisible by num_heads: got d_out={d_out}, num_heads={num_heads}"
+        )
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            "num_heads must be divisible by num_kv_heads (each key/value head serves a "
+            f"group of query heads): got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
+        )
+    return d_in, d_out, context_length, num_heads, num_kv_heads  # type: ignore[return-value]
+
+
+def check_memory(
+    name: str, t: object, width: int, width_name: str, batch: int, like: Tensor
+) -> Tensor:
+    """Check cross-attention's `key` or `value`: `(batch, num_keys, width)`, like the module."""
+    t = check_tensor(name, t, ndim=3, floating=True, like=like)
+    if t.shape[0] != batch or t.shape[2] != width:
+        raise ValueError(f"{name} must have shape (batch, num_keys, {width_name}) = ({batch}, "
+                         f"num_keys, {width}), got {tuple(t.shape)}")  # fmt: skip
+    return t
+
+
+def check_documents(
+    document_ids: object, batch: int, num_tokens: int, device: torch.device
+) -> None:
+    ids = check_tensor("document_ids", document_ids)
+    if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"document_ids must be integers, got dtype {ids.dtype}")
+    if ids.shape != (batch, num_tokens):
+        raise ValueError(
+            f"document_ids must have shape (batch, num_tokens) = ({batch}, {num_tokens}), "
+            f"got {tuple(ids.shape)}"
+        )
+    if ids.device != device:
+        raise ValueError(f"document_ids must be on the input's device {device}, got {ids.device}")
+    if readable(ids) and bool((ids < 0).any()):
+        raise ValueError(f"document_ids must be >= 0, got {int(ids.min())}")
+
+
+def readable(t: Tensor) -> bool:
+    """Whether a tensor's values may steer Python: not while exporting, not on `meta`."""
+    return not torch.compiler.is_exporting() and t.device.type != "meta"
+
+
+def check_rows(
+    batch: int,
+    num_tokens: int,
+    device: torch.device,
+    key_padding_mask: object,
+    document_ids: object,
+    positions: object,
+) -> None:
+    """Raise an error naming the argument unless each is `(batch, num_tokens)`, as it must."""
+    if key_padding_mask is not None:
+        check_padding_mask(key_padding_mask, batch, num_tokens, device)
+    if document_ids is not None:
+        check_documents(document_ids, batch, num_tokens, device)
+    if positions is not None:
+        pos = check_tensor("positions", positions)
+        if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
+            raise TypeError(f"positions must be integers, got dtype {pos.dtype}")
+        if pos.shape != (batch, num_tokens) or pos.device != device:
+            raise ValueError(f"positions must be integers of shape (batch, num_tokens) = "
+                             f"({batch}, {num_tokens}) on {device}, got {tuple(pos.shape)} on "
+                             f"{pos.device}")  # fmt: skip
+        if readable(pos) and pos.numel() and int(pos.min()) < 0:
+            raise ValueError(f"positions must be >= 0 (padding is key_padding_mask's), got "
+                             f"{int(pos.min())}")  # fmt: skip
+
+
+def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool) -> None:
+    """RoPE's `(cos, sin)`: two tensors of `head_dim` columns, one per query position."""
+    ok = type(angles) is tuple and len(angles) == 2 and rope
+    cos = angles[0] if ok else None  # type: ignore[index]
+    if not (ok and isinstance(cos, Tensor) and isinstance(angles[1], Tensor)  # type: ignore[index]
+            and cos.shape[-1] == head_dim and cos.shape[-2] == num_tokens):  # fmt: skip
+        raise ValueError(f"angles must be RoPE's (cos, sin) for {num_tokens} positions and "
+                         f"head_dim={head_dim}, in a module with rope=True (rope={rope}); got "
+                         f"{type(angles).__name__}")  # fmt: skip
+
+
+def check_cache(
+    layer: MultiHeadAttention, cache: object, batch_size: int, num_tokens: int, like: Tensor
+) -> None:
+    """Raise an error naming `cache` unless it was made for `layer` and fits the chunk."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache (from init_cache), got {type(cache).__name__}")
+    rule = layer.rule
+    if rule.bounds.prefix is None:
+        raise ValueError(
+            f"cache needs a mask that hides the future, at least after a prefix; this "
+            f"module's mask {rule!r} does not certainly (causal=False, or a mask_mod without "
+            "bounds: pass causal=True with it, or use causal() & mask): a later token would "
+            "change what the cached ones attended to")  # fmt: skip
+    keys = cache.keys
+    made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
+    if made != (layer.num_kv_heads, layer.head_dim, like.dtype, like.device):
+        raise ValueError(
+            f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, {made[2]} on "
+            f"{made[3]}; this module has num_kv_heads={layer.num_kv_heads}, head_dim="
+            f"{layer.head_dim}, {like.dtype} on {like.device}: use its init_cache"
+        )
+    if cache.ring and (cache.window, cache.sinks) != (layer.window, layer.sinks):
+        raise ValueError(f"cache keeps window={cache.window}, sinks={cache.sinks}; this module "
+                         f"has window={layer.window}, sinks={layer.sinks}")  # fmt: skip
+    if batch_size != cache.batch_size:
+        raise ValueError(f"cache was made for batch_size={cache.batch_size}, got a batch of "
+                         f"{batch_size}")  # fmt: skip
+    limit = cache.max_tokens
+    if limit is not None and cache.length + num_tokens > limit:
+        raise ValueError(
+            f"cache holds {cache.length} of max_tokens={limit} tokens: {num_tokens} more "
+            "do not fit (reset it, or make a larger one)"
+        )
+    check_prefix(rule, cache, num_tokens)
+
+
+def check_prefill(rule: Mask, q: Tokens) -> None:
+    """The first call into a cache of a prefix-LM holds every row's positions `0 ... n - 1`."""
+    prefix = rule.bounds.prefix
+    assert prefix
+    held = q.n if q.start == 0 else int(q.pos.amax(dim=1).min()) + 1 if readable(q.pos) else prefix
+    if held < prefix:
+        raise ValueError(f"mask {rule!r} lets its first {prefix} positions see each other: "
+                         f"the first call with a cache must hold that whole prefix in every "
+                         f"row; a row holds positions up to {held - 1}")  # fmt: skip
+
+
+def check_prefix(rule: Mask, cache: KVCache, num_tokens: int) -> None:
+    """A mask causal only after a prefix (a prefix-LM) takes a cache once the first call holds
+    the whole prefix: every later query is then causal, so no cached output would change."""
+    prefix = rule.bounds.prefix
+    if prefix and cache.length == 0 and num_tokens < prefix:
+        raise ValueError(
+            f"mask {rule!r} lets its first {prefix} positions see each other: the first call "
+            f"with a cache must hold that whole prefix, got {num_tokens} tokens (give the "
+            "prompt in one call)"
+        )
+    if prefix and 0 < cache.length < prefix:
+        raise ValueError(f"mask {rule!r}: the cache holds {cache.length} tokens, fewer than "
+                         f"its prefix of {prefix}; reset it and give the prompt in one "
+                         "call")  # fmt: skip
+
+
