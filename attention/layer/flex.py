@@ -61,13 +61,15 @@ KEEP = 32
 """Block masks kept at once (the oldest is dropped first)."""
 
 _ON: set[str] = set(DEVICES)  # where the planner uses it now (see `use`)
+_COMPILED: set[str] = set(DEVICES)  # where it runs compiled
 _BLOCK_MASKS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _KERNELS: dict[str, Callable[..., Any]] = {}
 
 
 @contextmanager
-def use(device_type: str) -> Iterator[None]:
-    """Within it, the planner sends calls on `device_type` to compiled FlexAttention too.
+def use(device_type: str, compiled: bool = True) -> Iterator[None]:
+    """Within it, the planner sends calls on `device_type` to FlexAttention too: compiled (as
+    on CUDA: tiles skipped), or unfused (the scores materialised: float64 against the oracle).
 
     Examples:
         >>> with use("cpu"):  # compiled FlexAttention on the CPU (each mask compiles once)
@@ -76,13 +78,17 @@ def use(device_type: str) -> Iterator[None]:
         >>> usable(torch.device("cpu"), 0.0)
         False
     """
-    added = device_type not in _ON
+    added, compiling = device_type not in _ON, device_type not in _COMPILED and compiled
     _ON.add(device_type)
+    if compiling:
+        _COMPILED.add(device_type)
     try:
         yield
     finally:
         if added:
             _ON.discard(device_type)
+        if compiling:
+            _COMPILED.discard(device_type)
 
 
 def usable(device: torch.device, dropout_p: float) -> bool:
@@ -107,7 +113,7 @@ def _unfused(*args: Any, **kwargs: Any) -> Any:
 
 
 def _compiled(device: torch.device) -> bool:
-    return device.type in _ON
+    return device.type in _COMPILED
 
 
 def _kernel(device: torch.device) -> Callable[..., Any]:

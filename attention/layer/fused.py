@@ -211,7 +211,8 @@ def plan_call(
     """
     if need_weights:
         return _WEIGHTS
-    if own and q.start is None and q.counted:  # padding without a cache: compact the rows
+    keys_only = rule.bounds.everything and q.docs is None and not options.score_mods
+    if own and q.start is None and q.counted and not keys_only:  # padding, no cache: compact
         return _plan_tokens(rule, _compacted_tokens(rule, q), None, options, flex).compacted()
     return _plan_tokens(rule, q, k, options, flex)
 
@@ -353,17 +354,25 @@ def _masked(
     options: Options,
 ) -> Tensor:
     """The general case: the mask (and the additive modifiers) at every pair, then SDPA."""
-    seen = visible(rule, q, k, num_heads=queries.shape[1])
+    everything = rule.bounds.everything and q.docs is None and k.docs is None
+    if everything and not options.score_mods:  # every real key: (b, 1, 1, S), padding aside
+        seen = (k.pos >= 0)[:, None, None, :]
+    else:
+        seen = visible(rule, q, k, num_heads=queries.shape[1])
     if seen.shape[:2] == (1, 1):  # one mask for every row and head: (T, S)
         seen = seen[0, 0]
     empty = ~seen.any(-1, keepdim=True)  # a query that sees nothing: any row, then 0
     mask: Tensor = seen | empty
+    if everything and q.given is not None:  # a padded query sees nothing either
+        empty = empty | (q.pos < 0)[:, None, :, None]
     if options.score_mods:
         heads = (queries.shape[0], queries.shape[1])
         mask = bias_mask(mask, options.score_mods, q.line, k.line, heads, queries.dtype)
     context_vec = sdpa(queries, keys, values, mask, dropout_p=options.dropout_p,
                        scale=options.scale, sink_logits=options.sink_logits)  # fmt: skip
     return context_vec.masked_fill(empty, 0.0)
+
+
 def bias_mask(
     seen: Tensor,
     score_mods: Sequence[ScoreMod],

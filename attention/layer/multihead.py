@@ -538,6 +538,7 @@ class MultiHeadAttention(nn.Module):
         if not torch.compiler.is_compiling():
             self.last_plan: Plan = chosen  # what ran: the plan is the one printed
         context_vec, attn_weights = run(chosen, queries_, keys, values, self.rule, q, k, options)
+        attn_weights = attn_weights if need_weights else None
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
         out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)

@@ -67,17 +67,14 @@ class Tokens:
     @property
     def pos(self) -> Tensor:
         """`(batch, n)` int64, -1 for no token."""
-        if self.given is not None:
-            return self.given.expand(self.batch, self.n)
-        assert self.start is not None
-        line = torch.arange(self.start, self.start + self.n, device=self.device)
-        return line.expand(self.batch, self.n)
+        return self.line.expand(self.batch, self.n)
 
     @property
     def line(self) -> Tensor:
         """The positions with the fewest dimensions: `(n,)` where every row's are the same."""
-        if self.given is None or self.given.ndim == 1:
-            return self.pos[0]
+        if self.given is None:
+            assert self.start is not None
+            return torch.arange(self.start, self.start + self.n, device=self.device)
         return self.given
 
     @property

@@ -25,6 +25,7 @@ from attention.layer.fused import plan
 from attention.layer.masks import Mask, causal, everything, sinks, window
 from attention.layer.score_mods import ScoreMod
 from attention.layer.testing import reference_attention
+from attention.layer.tokens import Tokens
 from tests.layer.test_masks import (
     ATOL,
     D_IN,
@@ -49,8 +50,7 @@ def flex_on_cpu() -> Iterator[list[int]]:
         calls.append(1)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    with mock.patch.object(flex, "DEVICES", frozenset({"cuda", "cpu"})), \
-            mock.patch.object(flex, "attend", counted):  # fmt: skip
+    with flex.use("cpu", compiled=False), mock.patch.object(flex, "attend", counted):
         yield calls
 
 
@@ -84,7 +84,7 @@ def test_documents_and_a_modifier_without_an_additive_form_go_to_flex() -> None:
 
 def test_the_cpu_and_dropout_never_take_flex() -> None:
     assert not flex.usable(torch.device("cpu"), 0.0)
-    with mock.patch.object(flex, "DEVICES", frozenset({"cpu"})):
+    with flex.use("cpu", compiled=False):
         assert flex.usable(torch.device("cpu"), 0.0)
         assert not flex.usable(torch.device("cpu"), 0.1)  # FlexAttention has no dropout
 
@@ -132,23 +132,35 @@ def test_flex_takes_windows_sinks_logits_and_grouped_heads(rule: Mask) -> None:
 
 def test_a_query_that_sees_nothing_gets_zeros_on_flex() -> None:
     q, k, v = torch.randn(3, 1, 2, 4, 8, dtype=torch.float64).unbind(0)
-    seg = torch.tensor([[0, 0, 1, 1]])
-    k_seg = torch.tensor([[0, 0, -1, -1]])  # document 1's keys are padding: it sees nothing
-    out = flex.attend(q, k, v, causal(), q_seg=seg, k_seg=k_seg)
+    cpu, docs = torch.device("cpu"), torch.tensor([[0, 0, 1, 1]])
+    queries = Tokens(1, 4, cpu, start=0, docs=docs)
+    keys = Tokens(1, 4, cpu, given=torch.tensor([[0, 1, -1, -1]]), docs=docs)  # 2, 3: none
+    out = flex.attend(q, k, v, causal(), queries, keys)  # document 1 sees nothing
     assert torch.equal(out[:, :, 2:], torch.zeros_like(out[:, :, 2:]))
     assert out[:, :, :2].abs().sum() > 0
 
 
-def test_a_block_mask_is_built_once_per_mask_shape_and_tensors() -> None:
-    shape, cpu = (1, 2, 64, 64), torch.device("cpu")
-    first = flex.block_mask(causal() & window(8), shape, cpu)
-    assert flex.block_mask(causal() & window(8), shape, cpu) is first  # every layer, step
-    assert flex.block_mask(causal() & window(9), shape, cpu) is not first
-    ids = torch.zeros(1, 64, dtype=torch.long)  # one model call's segments, every layer
-    mine = flex.block_mask(causal(), shape, cpu, q_seg=ids, k_seg=ids)
-    assert flex.block_mask(causal(), shape, cpu, q_seg=ids, k_seg=ids) is mine
-    other = ids.clone()  # equal values, another tensor (the next call): built again
-    assert flex.block_mask(causal(), shape, cpu, q_seg=other, k_seg=other) is not mine
+def test_a_block_mask_is_kept_only_where_provably_the_same() -> None:
+    cpu = torch.device("cpu")
+    line = Tokens(1, 64, cpu, start=0)
+    first = flex.block_mask(causal() & window(8), line, line, 2)
+    assert flex.block_mask(causal() & window(8), line, line, 2) is first  # every layer, step
+    assert flex.block_mask(causal() & window(9), line, line, 2) is not first
+    pos = torch.arange(64)[None]  # one model call's positions, every layer
+    mine = flex.block_mask(causal(), Tokens(1, 64, cpu, given=pos), Tokens(1, 64, cpu, given=pos), 2)
+    assert flex.block_mask(causal(), Tokens(1, 64, cpu, given=pos),
+                           Tokens(1, 64, cpu, given=pos), 2) is mine  # fmt: skip
+    pos.add_(1)  # refilled in place: its version moved on, built again
+    assert flex.block_mask(causal(), Tokens(1, 64, cpu, given=pos),
+                           Tokens(1, 64, cpu, given=pos), 2) is not mine  # fmt: skip
+    ids = torch.zeros(1, 64, dtype=torch.long)
+    docs = Tokens(1, 64, cpu, start=0, docs=ids)
+    kept = flex.block_mask(causal(), docs, docs, 2)
+    assert flex.block_mask(causal(), docs, docs, 2) is kept
+    ids[0, 32:] = 1  # documents refilled in place (the bug: the old tile table was reused)
+    assert flex.block_mask(causal(), docs, docs, 2) is not kept
+    user = Mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx)  # it may read anything: never kept
+    assert flex.block_mask(user, line, line, 2) is not flex.block_mask(user, line, line, 2)
 
 
 @pytest.mark.cuda

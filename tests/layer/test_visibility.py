@@ -16,8 +16,8 @@ from torch.testing import assert_close
 
 from attention import MultiHeadAttention
 from attention.layer.cache import KVCache
-from attention.layer.fused import visible
-from attention.layer.masks import chunk_mask, everything, from_flags, segments, window
+from attention.layer.tokens import Tokens, queries, visible
+from attention.layer.masks import chunk_mask, everything, from_flags, window
 from attention.layer.testing import padding_mask, reference_attention, sdpa_calls
 
 B, T, D_IN, H, HEAD_DIM = 2, 11, 6, 4, 4
@@ -121,10 +121,11 @@ def test_the_rule_is_its_definition_at_every_pair() -> None:
             assert bool(got[i, j + 1]) == want, (is_causal, w, sinks, i, j)
 
 
-def test_segments_and_the_chunk_mask() -> None:
-    seg = segments(torch.tensor([[False, True, False]]), torch.tensor([[3, 3, 4]]))
-    assert seg.tolist() == [[3, -1, 4]]
-    mask = visible(everything(), torch.arange(3), torch.arange(3), seg, seg)
+def test_positions_documents_and_the_chunk_mask() -> None:
+    tokens = queries(1, 3, torch.tensor([[False, True, False]]), None, torch.tensor([[3, 3, 4]]),
+                     torch.device("cpu"))  # fmt: skip
+    assert tokens.pos.tolist() == [[0, -1, 1]]  # padding is "no token"; documents a mask
+    mask = visible(everything(), tokens, tokens)
     assert mask.shape == (1, 1, 3, 3)
     assert mask[0, 0].tolist() == [[True, False, False], [False, False, False],
                                    [False, False, True]]  # fmt: skip
@@ -148,7 +149,7 @@ def test_a_windowed_cache_is_a_ring_of_the_window_and_wraps(window: int, sinks: 
         outs = [mha(x[:, :T], cache=cache)]
         outs += [mha(x[:, i : i + 1], cache=cache) for i in range(T, 4 * T)]
     assert cache.keys.data_ptr() == keys.data_ptr()  # stored in place: no allocation
-    assert cache.length == 4 * T and sorted(cache.positions.tolist()) == sorted(
+    assert cache.length == 4 * T and sorted(cache.positions[0, : cache.slots].tolist()) == sorted(
         [*range(sinks), *range(4 * T - window, 4 * T)]
     )
     expected = reference_attention(long, x)
@@ -222,8 +223,9 @@ def test_backward_through_several_cached_chunks_equals_uncached() -> None:
 
 def test_cache_update_returns_views_of_its_storage() -> None:
     cache = KVCache(1, 8, 2, 4)
-    keys, _, positions, seg = cache.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
-    assert keys.shape == (1, 2, 3, 4) and positions is None and seg is None
+    tokens = Tokens(1, 3, torch.device("cpu"), start=0)
+    keys, _, stored = cache.update(tokens, torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
+    assert keys.shape == (1, 2, 3, 4) and stored.start == 0 and stored.pos.tolist() == [[0, 1, 2]]
     assert keys.data_ptr() == cache.keys.data_ptr()  # a view, not a copy
 
 
