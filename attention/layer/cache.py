@@ -200,15 +200,15 @@ class KVCache:
         self.length = start + num_tokens
         if chunk is not None:
             return chunk
-        used = self.slots if self.full else min(self.length, self.slots)
-        docs = None if self.documents is None else self.documents[:, :used]
-        if self.contiguous:  # keys 0 .. length - 1 in slot order, or a ring's kept window
-            key_tokens = Tokens(self.batch_size, used, keys.device, start=None if self.ring else 0,
-                                given=self.positions[:, :used] if self.ring else None,
-                                ring=self.ring)  # fmt: skip
-        else:
-            key_tokens = Tokens(self.batch_size, used, keys.device,
-                                given=self.positions[:, :used], docs=docs)  # fmt: skip
+        slots, b = self._slots, keys.shape[0]
+        used = slots if self.full else min(self.length, slots)
+        if not self.contiguous:
+            docs = None if self.documents is None else self.documents[:, :used]
+            key_tokens = Tokens(b, used, keys.device, given=self.positions[:, :used], docs=docs)
+        elif self.ring:  # the window a ring keeps of one sequence in order
+            key_tokens = Tokens(b, used, keys.device, given=self.positions[:, :used], ring=True)
+        else:  # keys 0 .. length - 1 in slot order
+            key_tokens = Tokens(b, used, keys.device, start=0)
         return self.keys[:, :, :used], self.values[:, :, :used], key_tokens
 
     def _leave_contiguous(self) -> None:

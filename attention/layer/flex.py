@@ -60,7 +60,8 @@ DEVICES = frozenset({"cuda"})
 KEEP = 32
 """Block masks kept at once (the oldest is dropped first)."""
 
-_ON: set[str] = set(DEVICES)  # where the planner uses it now (see `use`)
+ON: set[str] = set(DEVICES)
+"""Where the planner uses it now: `DEVICES`, and what `use` adds."""
 _COMPILED: set[str] = set(DEVICES)  # where it runs compiled
 _BLOCK_MASKS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _KERNELS: dict[str, Callable[..., Any]] = {}
@@ -78,15 +79,15 @@ def use(device_type: str, compiled: bool = True) -> Iterator[None]:
         >>> usable(torch.device("cpu"), 0.0)
         False
     """
-    added, compiling = device_type not in _ON, device_type not in _COMPILED and compiled
-    _ON.add(device_type)
+    added, compiling = device_type not in ON, device_type not in _COMPILED and compiled
+    ON.add(device_type)
     if compiling:
         _COMPILED.add(device_type)
     try:
         yield
     finally:
         if added:
-            _ON.discard(device_type)
+            ON.discard(device_type)
         if compiling:
             _COMPILED.discard(device_type)
 
@@ -94,7 +95,7 @@ def use(device_type: str, compiled: bool = True) -> Iterator[None]:
 def usable(device: torch.device, dropout_p: float) -> bool:
     """Whether a call on `device` goes to FlexAttention: one of the devices in use (`DEVICES`,
     or added by `use`), no dropout (the kernel has none), and a torch that has it."""
-    return device.type in _ON and dropout_p == 0.0 and _flex() is not None  # device first: cheap
+    return device.type in ON and dropout_p == 0.0 and _flex() is not None  # device first: cheap
 
 
 def _flex() -> Any:

@@ -174,7 +174,8 @@ def _sdpa_plan(
     if plain and bounds.everything:
         return _EVERYTHING
     end = start + num_tokens
-    exactly_causal = bounds.causal and bounds.near >= end  # on positions 0 .. end - 1
+    causal = bounds.causal_from == 0
+    exactly_causal = causal and bounds.near >= end  # on positions 0 .. end - 1
     if plain and in_order and num_keys == end and exactly_causal:
         if num_tokens == 1:  # the last query sees every key
             return _DECODE
@@ -183,7 +184,7 @@ def _sdpa_plan(
     if plain and not in_order and num_tokens == 1 and bounds.sees_kept():
         return _RING
     reach = bounds.reach  # a bounded reach r < T, queries from 0: blocks of r
-    if in_order and start == 0 and num_keys == end and bounds.causal and reach:
+    if in_order and start == 0 and num_keys == end and causal and reach:
         return _BLOCKED if num_tokens > reach else _MASK
     return _MASK
 
@@ -211,22 +212,23 @@ def plan_call(
     """
     if need_weights:
         return _WEIGHTS
-    keys_only = rule.bounds.everything and q.docs is None and not options.score_mods
-    if own and q.start is None and q.counted and not keys_only:  # padding, no cache: compact
-        return _plan_tokens(rule, _compacted_tokens(rule, q), None, options, flex).compacted()
-    return _plan_tokens(rule, q, k, options, flex)
-
-
-def _plan_tokens(rule: Mask, q: Tokens, k: Tokens | None, options: Options, flex: bool) -> Plan:
-    """`plan` on what the host knows of `q` and `k` (None: the queries' own tokens)."""
+    bounds = rule.bounds
+    if own and q.start is None and q.counted and not (
+            bounds.everything and q.docs is None and not options.score_mods):  # fmt: skip
+        q, k, compacted = _compacted_tokens(rule, q), None, True  # padding, no cache: compact
+    else:
+        compacted = False
     keys = q if k is None else k
-    start = q.start
+    start = q.start  # keys whose positions only the device knows: a mask per row
     if start is not None and keys.start is None and not (keys.ring and q.n == 1):
-        start = None  # keys whose positions only the device knows
-    return plan(rule, q.n, keys.n, start=start, in_order=keys.start == 0,
-                per_row=q.docs is not None or keys.docs is not None,
-                score_mods=options.score_mods, sink=options.sink_logits is not None,
-                flex=flex)  # fmt: skip
+        start = None
+    mods = options.score_mods  # plan(), its two steps: SDPA's plan, then FlexAttention's
+    chosen = _sdpa_plan(rule, q.n, keys.n, start, keys.start == 0,
+                        q.docs is not None or keys.docs is not None, mods,
+                        options.sink_logits is not None)  # fmt: skip
+    if flex and _flex_takes(chosen.kind, q.n, mods):
+        chosen = _FLEX
+    return chosen.compacted() if compacted else chosen
 
 
 def _compacted_tokens(rule: Mask, q: Tokens) -> Tokens:

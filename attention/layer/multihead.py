@@ -217,9 +217,10 @@ class MultiHeadAttention(nn.Module):
         if rope and self.head_dim % 2:
             raise ValueError("rope rotates pairs of dimensions: head_dim = d_out // num_heads "
                              f"must be even, got head_dim={self.head_dim}")  # fmt: skip
-        self._spec = AttentionSpec(rule, score_mods, scale, float(rope_base) if rope else None,
-                                   check_flag("sink_logit", sink_logit), num_heads,
-                                   num_kv_heads, self.head_dim)  # fmt: skip
+        self._trace: list[Plan | None] = [None]  # the last call's plan (a list: compiles)
+        self.spec = AttentionSpec(rule, score_mods, scale, float(rope_base) if rope else None,
+                                  check_flag("sink_logit", sink_logit), num_heads,
+                                  num_kv_heads, self.head_dim)  # fmt: skip
         if (self.kdim, self.vdim) != (d_in, d_in):
             arguments.check_cross_options(self.kdim, self.vdim, d_in, causal=self.causal,
                                           rope=rope, sink_logit=sink_logit, mask=mask,
@@ -244,8 +245,18 @@ class MultiHeadAttention(nn.Module):
 
     @spec.setter
     def spec(self, new: AttentionSpec) -> None:
-        self._spec = self._spec.check_swap(new)
+        self._spec = self._spec.check_swap(new) if hasattr(self, "_spec") else new
         self._unprobed = True  # a new mask or modifier is tried at the next call
+        bounds = new.mask.bounds  # what each call reads, derived here from the one spec
+        self._prefix, self._cross = bounds.prefix, bounds.everything
+        self._layout = None if bounds.prefix is None else (
+            self.num_kv_heads, self.head_dim, bounds.reach or None, bounds.anchor)  # fmt: skip
+        self._options: Options | None = None  # made at the next call
+
+    @property
+    def last_plan(self) -> Plan | None:
+        """The plan the last call ran ([`plan_call`][attention.layer.fused.plan_call])."""
+        return self._trace[0]
 
     def replace(
         self,
@@ -327,9 +338,7 @@ class MultiHeadAttention(nn.Module):
     @property
     def layout(self) -> tuple[object, ...] | None:
         """What a self-attention cache must be made for (None: this layer takes none)."""
-        if self.rule.bounds.prefix is None:
-            return None
-        return (self.num_kv_heads, self.head_dim, self.window, self.sinks)
+        return self._layout
 
     @overload
     def forward(
@@ -457,7 +466,8 @@ class MultiHeadAttention(nn.Module):
             check_input(x, self.d_in, self.context_length, batched=True, like=w)  # or autocast
         if need_weights is not False and need_weights is not True:
             check_flag("need_weights", need_weights)
-        if key is not None or value is not None or (cache is not None and self._spec.cross):
+        spec = self._spec
+        if key is not None or value is not None or (cache is not None and self._cross):
             if document_ids is not None or positions is not None or angles is not None:
                 raise ValueError("document_ids pack one sequence's documents (positions and "
                                  "angles place its tokens): not for cross-attention (key "
@@ -477,9 +487,9 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is not None:  # not even a NaN there may reach a real output
             x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
         if cache is not None and not (  # fast: a cache of this layout with room; else named
-            getattr(cache, "layout", None) == self.layout is not None
+            getattr(cache, "layout", None) == self._layout is not None
             and cache.keys.shape[0] == b and cache.keys.dtype == w.dtype
-            and cache.keys.device == w.device and cache.length >= (self.rule.bounds.prefix or 0)
+            and cache.keys.device == w.device and cache.length >= (self._prefix or 0)
             and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
         ):  # fmt: skip
             arguments.check_cache(self, cache, b, num_tokens, w)
@@ -491,9 +501,13 @@ class MultiHeadAttention(nn.Module):
         if num_tokens == 0:  # nothing to attend: nothing stored either
             empty = x.new_zeros(b, 0, self.d_out)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
-        q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
-        if cache is not None and cache.length == 0 and self.rule.bounds.prefix:
-            arguments.check_prefill(self.rule, q)
+        if (key_padding_mask is None and positions is None and document_ids is None
+                and (cache is None or cache.contiguous)):  # fmt: skip
+            q = Tokens(b, num_tokens, x.device, 0 if cache is None else cache.length, counted=True)
+        else:
+            q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
+        if cache is not None and cache.length == 0 and self._prefix:
+            arguments.check_prefill(spec.mask, q)
         out, attn_weights = self._attend(x, q, cache, angles, need_weights)
         return out if attn_weights is None else (out, attn_weights)
 
@@ -518,8 +532,9 @@ class MultiHeadAttention(nn.Module):
             `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
             `(batch, num_heads, num_tokens, num_keys)` with `need_weights`, else None.
         """
+        spec = self._spec
         if self._unprobed and not torch.compiler.is_compiling():  # the first eager call:
-            probe(self.rule, self.score_mods, self.num_heads, x)  # try them on its device
+            probe(spec.mask, spec.score_mods, self.num_heads, x)  # try them on its device
             self._unprobed = False
         b, num_tokens, _ = x.shape
         queries_, keys, values = self.project(x, q, angles)  # (b, h | h_kv, T, d_h)
@@ -530,14 +545,17 @@ class MultiHeadAttention(nn.Module):
                 keys, values, k = stored_keys, stored_values, stored
                 if keys.dtype != queries_.dtype:  # autocast: the cache keeps the module's dtype
                     keys, values = keys.to(queries_.dtype), values.to(queries_.dtype)
+        options = self._options
         dropout_p = self.dropout.p if self.training else 0.0
-        options = Options(self.num_heads, dropout_p, self.scale, self.sink_logits,
-                          self.score_mods, self.dropout)  # fmt: skip
-        chosen = plan_call(self.rule, q, k, options, own=own, need_weights=need_weights,
-                           flex=flex.usable(x.device, dropout_p))  # fmt: skip
-        if not torch.compiler.is_compiling():
-            self.last_plan: Plan = chosen  # what ran: the plan is the one printed
-        context_vec, attn_weights = run(chosen, queries_, keys, values, self.rule, q, k, options)
+        if options is None or options.dropout_p != dropout_p or (
+                options.sink_logits is not self.sink_logits):  # fmt: skip
+            options = self._options = Options(self.num_heads, dropout_p, spec.scale,
+                                              self.sink_logits, spec.score_mods, self.dropout)  # fmt: skip
+        use_flex = x.device.type in flex.ON and flex.usable(x.device, dropout_p)
+        chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
+                           flex=use_flex)  # fmt: skip
+        self._trace[0] = chosen  # what ran: the plan is the one printed
+        context_vec, attn_weights = run(chosen, queries_, keys, values, spec.mask, q, k, options)
         attn_weights = attn_weights if need_weights else None
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attention.layer.cache import StaticCache
+from attention.layer.tokens import Tokens
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.softcap import softcap
 from attention.layer.testing import sdpa_calls
@@ -115,25 +115,56 @@ def test_a_static_step_reads_no_tensor_value(extra: dict[str, Any]) -> None:
     assert caches[0].length == 7
 
 
-def test_static_cache_writes_each_row_at_its_positions_slot() -> None:
-    """A padded linear cache: slot = position + the row's padding; a ring: k + (p - k) mod w."""
+@pytest.mark.parametrize("padded", [False, True], ids=["one-length", "padded"])
+@pytest.mark.parametrize("extra", VARIANTS.values(), ids=VARIANTS.keys())
+def test_static_and_dynamic_steps_mix_on_the_same_caches(extra: dict[str, Any], padded: bool) -> None:
+    """One cache contract: static steps (every slot) and dynamic steps (the filled slots)
+    interleaved on the same caches, linear, ring, padded, with sinks, equal one uncached
+    forward over the whole sequence (float64)."""
+    model = gpt(**extra).double()
+    idx, mask = batch("cpu")
+    if not padded:
+        idx, mask = idx[:, -5:], torch.ones(3, 5, dtype=torch.long)
+    tokens = torch.randint(0, VOCAB, (3, 14), generator=torch.Generator().manual_seed(1))
+    caches = model.init_caches(3, 40)
+    with torch.no_grad():
+        model(idx, caches, attention_mask=mask)
+        decoder = StaticDecode(model, caches, graph=False)
+        steps = []
+        for i in range(14):  # static, dynamic, static, static, dynamic, ...
+            token = tokens[:, i : i + 1]
+            steps.append(model(token, caches)[:, -1] if i % 3 == 1 else decoder(token))
+        whole = torch.cat((idx, tokens), dim=1)
+        every = torch.cat((mask, torch.ones_like(tokens)), dim=1)
+        want = model(whole, attention_mask=every)[:, idx.shape[1] :]  # after each new token
+    assert_close(torch.stack(steps, dim=1), want, atol=1e-10, rtol=0)
+    assert caches[0].length == whole.shape[1]
+
+
+def test_a_cache_writes_each_row_at_its_positions_slot() -> None:
+    """A padded prefill then a static step: a linear cache's rows fill their own next slots,
+    a ring's take k + (p - k) mod w; each slot's position is kept per row."""
     model = gpt(**VARIANTS["rope, window, sinks"])
     idx, mask = batch("cpu")
     caches = model.init_caches(3)
     with torch.no_grad():
         model(idx, caches, attention_mask=mask)
-    static = StaticCache.of(caches[0])
-    assert static.keys is caches[0].keys  # a view: nothing copied
+    ring = caches[0]
     # rows of 2, 9 and 5 tokens: row 0 holds positions 0, 1 (sinks), row 1 0..9 in a ring of 10
-    assert static.key_positions[0, :2].tolist() == [0, 1]
-    assert sorted(p for p in static.key_positions[1].tolist() if p >= 0) == list(range(9))
-    keys = torch.randn(3, static.keys.shape[1], 1, 8)  # (b, h_kv, 1, d_h)
+    assert ring.positions[0, :2].tolist() == [0, 1]
+    assert sorted(p for p in ring.positions[1, : ring.slots].tolist() if p >= 0) == list(range(9))
+    assert ring.next.tolist() == [2, 9, 5]
+    keys = torch.randn(3, ring.keys.shape[1], 1, 8)  # (b, h_kv, 1, d_h)
     positions = torch.tensor([[2], [9], [5]])
-    static.update(keys, keys.clone(), positions=positions)
+    with ring.static_steps():
+        out, _, stored = ring.update(Tokens(3, 1, torch.device("cpu"), given=positions), keys,
+                                     keys.clone())  # fmt: skip
+    assert out.shape[2] == ring.slots and stored.pos.shape == (3, ring.slots)  # every slot
     slots = [2, 2 + (9 - 2) % 8, 5]  # 2 is past the sinks; 9 wraps onto slot 2 + 7 mod 8
     for row, slot in enumerate(slots):
-        assert static.key_positions[row, slot] == positions[row, 0]
-        assert torch.equal(static.keys[row, :, slot], keys[row, :, 0])
+        assert ring.positions[row, slot] == positions[row, 0]
+        assert torch.equal(ring.keys[row, :, slot], keys[row, :, 0])
+    assert ring.next.tolist() == [3, 10, 6]
 
 
 def test_hooks_run_on_every_static_step_on_the_cpu() -> None:

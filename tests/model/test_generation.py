@@ -79,7 +79,7 @@ def test_padding_moves_no_position(extra: dict[str, Any]) -> None:
         caches = model.init_caches(2)
         padded = model(idx, caches, attention_mask=mask)  # (2, 12, V)
         step = model(token, caches)  # (2, 1, V): the next token of each row
-        assert caches[0].pads.tolist() == [7, 0]
+        assert caches[0].next.tolist() == [6, 13]  # each row's next position: 5 + 1, 12 + 1
         for row, ids in enumerate((short, long)):
             alone = model(torch.cat((ids, token[row : row + 1]), dim=1))
             assert_close(padded[row, 12 - ids.shape[1] :], alone[0, :-1], atol=1e-12, rtol=0)
