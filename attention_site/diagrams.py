@@ -879,8 +879,7 @@ def ring_buffer(window: int = 4, sinks: int = 2, tokens: Sequence[int] = (3, 6, 
         for t in range(1, counts[-1] + 1):
             layer(torch.zeros(1, 1, 4), cache=cache)
             if t in counts:
-                assert cache.positions is not None  # a windowed layer's cache
-                held[t] = cache.positions.tolist()
+                held[t] = cache.positions[0, : cache.slots].tolist()  # each slot's position
     board = _Board(4.9, 2.75, f"a window's cache: {window + sinks} slots, {sinks} of them sinks")
     step = 4.9 / len(counts)
     for n, t in enumerate(counts):

@@ -209,8 +209,8 @@ def _settings(model: GPTModel, settings: Settings) -> Iterator[None]:
     temperature = settings.temperature
     with ExitStack() as stack:  # whatever raises below, the model is given back
         for block in model.blocks:
-            stack.callback(setattr, block.att, "rule", block.att.rule)
-            block.att.rule = settings.rule()
+            stack.callback(block.att.replace, mask=block.att.rule)  # the spec, swapped whole
+            block.att.replace(mask=settings.rule())
             scale = block.att.W_query.register_forward_hook(lambda m, a, q: q / temperature)
             stack.callback(scale.remove)
         for layer, head in settings.ablate:

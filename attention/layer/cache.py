@@ -73,11 +73,12 @@ class KVCache:
         dtype: the keys' and values' dtype.
 
     Attributes:
-        keys: `(batch_size, num_kv_heads, slots + 1, head_dim)`: the last slot is a spare that
-            takes what a row does not keep (padding, a ring's overwritten tokens), never read.
+        keys: `(batch_size, num_kv_heads, slots, head_dim)` (a view of storage with one more,
+            spare slot, that takes what a row does not keep: padding, a ring's overwritten
+            tokens; never read).
         values: the same shape.
-        positions: `(batch_size, slots + 1)` int64, the position each slot holds (-1: empty).
-        documents: `(batch_size, slots + 1)` int64 document ids, once documents were given;
+        positions: `(batch_size, slots)` int64, the position each slot holds (-1: empty).
+        documents: `(batch_size, slots)` int64 document ids, once documents were given;
             else None.
         length: tokens each row has been given (padding included): the host's count.
         next: `(batch_size,)` int64, each row's next position (one past the largest it holds).
@@ -121,13 +122,14 @@ class KVCache:
         self.max_tokens = max_tokens
         self.window, self.sinks = window, sinks
         shape = (batch_size, num_kv_heads, slots + 1, head_dim)  # + 1: the spare slot
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)
-        self.values = torch.zeros(shape, device=device, dtype=dtype)
-        self.positions = torch.full((batch_size, slots + 1), -1, dtype=torch.long, device=device)
-        self.documents: Tensor | None = None
+        self._k = torch.zeros(shape, device=device, dtype=dtype)
+        self._v = torch.zeros(shape, device=device, dtype=dtype)
+        self._pos = torch.full((batch_size, slots + 1), -1, dtype=torch.long, device=device)
+        self._docs: Tensor | None = None
         self.next = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.filled = torch.zeros(batch_size, dtype=torch.long, device=device)
         self._slots = slots
+        self._view()
         self.length = 0
         self.contiguous = True
         self.full = False  # inside static_steps: return every slot
@@ -145,14 +147,14 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes of the keys and values it holds when full."""
-        return 2 * self.batch_size * self.keys.shape[1] * self.slots * self.keys.shape[3] * (
-            self.keys.element_size())  # fmt: skip
+        return 2 * self.keys.numel() * self.keys.element_size()
 
     def reset(self) -> None:
         """Forget every token (the memory stays allocated)."""
-        self.length, self.contiguous, self.documents = 0, True, None
-        self.keys, self.values = self.keys.detach(), self.values.detach()  # drop old graphs
-        self.positions.fill_(-1)
+        self.length, self.contiguous, self._docs = 0, True, None
+        self._k, self._v = self._k.detach(), self._v.detach()  # drop old graphs
+        self._pos.fill_(-1)
+        self._view()
         self.next.zero_()
         self.filled.zero_()
 
@@ -182,14 +184,15 @@ class KVCache:
             `(keys, values, key_tokens)`: `(batch, h_kv, S, head_dim)` each, and the positions
             (and documents) of those `S` keys. Inside `static_steps`, `S` is every slot.
         """
-        if keys.dtype != self.keys.dtype:  # autocast: the cache keeps the module's dtype
-            keys, values = keys.to(self.keys.dtype), values.to(self.keys.dtype)
+        if keys.dtype != self._k.dtype:  # autocast: the cache keeps the module's dtype
+            keys, values = keys.to(self._k.dtype), values.to(self._k.dtype)
         num_tokens, start = keys.shape[2], self.length
         plain = self.contiguous and tokens.start == start and tokens.docs is None
         if not plain:
             self._leave_contiguous()
-        if tokens.docs is not None and self.documents is None:
-            self.documents = torch.zeros_like(self.positions)
+        if tokens.docs is not None and self._docs is None:
+            self._docs = torch.zeros_like(self._pos)
+            self._view()
         chunk = None
         if self.ring and num_tokens > 1:  # its queries need what it overwrites: before writing
             chunk = (keys, values, tokens) if start == 0 else self._stored_and(tokens, keys, values)
@@ -237,13 +240,14 @@ class KVCache:
         """Every row's chunk at slots `slot ...`: the contiguous case, one copy per tensor."""
         end, n = slot + keys.shape[2], keys.shape[2]
         if torch.is_grad_enabled():  # out of place: autograd keeps the earlier chunks' keys
-            self.keys = self.keys.slice_scatter(keys, dim=2, start=slot, end=end)
-            self.values = self.values.slice_scatter(values, dim=2, start=slot, end=end)
+            self._k = self._k.slice_scatter(keys, dim=2, start=slot, end=end)
+            self._v = self._v.slice_scatter(values, dim=2, start=slot, end=end)
+            self._view()
         else:
-            self.keys[:, :, slot:end] = keys
-            self.values[:, :, slot:end] = values
+            self._k[:, :, slot:end] = keys
+            self._v[:, :, slot:end] = values
         line = torch.arange(self.length, self.length + n, device=keys.device)
-        self.positions[:, slot:end] = line
+        self._pos[:, slot:end] = line
 
     def _scatter(self, tokens: Tokens, keys: Tensor, values: Tensor) -> None:
         """Each row's tokens at the slots their positions give; what is not kept to the spare."""
@@ -259,18 +263,26 @@ class KVCache:
         index = torch.where(keep, slot, self.slots)  # (b, T); the spare: self.slots
         wide = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
         if torch.is_grad_enabled():
-            self.keys = self.keys.scatter(2, wide, keys)
-            self.values = self.values.scatter(2, wide, values)
+            self._k = self._k.scatter(2, wide, keys)
+            self._v = self._v.scatter(2, wide, values)
+            self._view()
         else:
-            self.keys.scatter_(2, wide, keys)
-            self.values.scatter_(2, wide, values)
-        self.positions.scatter_(1, index, pos)
-        if self.documents is not None:
+            self._k.scatter_(2, wide, keys)
+            self._v.scatter_(2, wide, values)
+        self._pos.scatter_(1, index, pos)
+        if self._docs is not None:
             docs = tokens.docs if tokens.docs is not None else torch.zeros_like(pos)
-            self.documents.scatter_(1, index, docs)
-        self.positions[:, self.slots] = -1  # the spare holds nothing a query sees
+            self._docs.scatter_(1, index, docs)
+        self._pos[:, self._slots] = -1  # the spare holds nothing a query sees
         self.filled += real.sum(dim=1)
         self.next.copy_(torch.maximum(self.next, pos.amax(dim=1) + 1))
+
+    def _view(self) -> None:
+        """The public tensors: views of the storage without its spare slot."""
+        n = self._slots
+        self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+        self.positions = self._pos[:, :n]
+        self.documents = None if self._docs is None else self._docs[:, :n]
 
     def _slot_of(self, position: Tensor | int) -> Tensor | int:
         """A ring's slot for a position: `p` for a sink, else `k + (p - k) mod w`."""

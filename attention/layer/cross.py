@@ -65,6 +65,13 @@ def attend(
     )  # (b, T, d_out)
     return layer.out_proj(context_vec), attn_weights
 
+def refuse_self_attention(layer: MultiHeadAttention) -> None:
+    """A layer of other key and value widths than `d_in` attends to another sequence only."""
+    raise ValueError(f"this module projects keys from kdim={layer.kdim} and values from "
+                     f"vdim={layer.vdim} wide inputs: pass key= (and value=), the sequence to "
+                     "attend to")  # fmt: skip
+
+
 def check(
     layer: MultiHeadAttention,
     batch: int,
@@ -72,8 +79,12 @@ def check(
     value: object,
     key_padding_mask: object,
     cache: object,
+    **self_only: object,
 ) -> None:
     """Raise an error naming the argument unless cross-attention can run on these."""
+    if any(v is not None for v in self_only.values()):
+        raise ValueError("document_ids pack one sequence's documents (positions and angles "
+                         "place its tokens): not for cross-attention (key given)")  # fmt: skip
     plain = layer.rule.bounds.everything and not layer.score_mods
     if layer.causal or layer.rope or layer.sink_logits is not None or not plain:
         raise ValueError(

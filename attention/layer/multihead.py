@@ -468,18 +468,13 @@ class MultiHeadAttention(nn.Module):
             check_flag("need_weights", need_weights)
         spec = self._spec
         if key is not None or value is not None or (cache is not None and self._cross):
-            if document_ids is not None or positions is not None or angles is not None:
-                raise ValueError("document_ids pack one sequence's documents (positions and "
-                                 "angles place its tokens): not for cross-attention (key "
-                                 "given)")  # fmt: skip
-            cross.check(self, x.shape[0], key, value, key_padding_mask, cache)
+            cross.check(self, x.shape[0], key, value, key_padding_mask, cache,
+                        document_ids=document_ids, positions=positions, angles=angles)  # fmt: skip
             out, weights = cross.attend(self, x, key, value, key_padding_mask, cache,
                                         need_weights=need_weights)  # fmt: skip
             return out if weights is None else (out, weights)
         if (self.kdim, self.vdim) != (self.d_in, self.d_in):
-            raise ValueError(f"this module projects keys from kdim={self.kdim} and values from "
-                             f"vdim={self.vdim} wide inputs: pass key= (and value=), the "
-                             "sequence to attend to")  # fmt: skip
+            cross.refuse_self_attention(self)
         b, num_tokens, _ = x.shape
         if key_padding_mask is not None or document_ids is not None or positions is not None:
             arguments.check_rows(b, num_tokens, x.device, key_padding_mask, document_ids,
@@ -498,9 +493,9 @@ class MultiHeadAttention(nn.Module):
                                        and angles[0].shape[-2:] == (num_tokens, self.head_dim)
                                        and self.rotary is not None):  # fmt: skip
             arguments.check_angles(angles, num_tokens, self.head_dim, self.rope)
-        if num_tokens == 0:  # nothing to attend: nothing stored either
-            empty = x.new_zeros(b, 0, self.d_out)
-            return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
+        if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
+            return (x.new_zeros(b, 0, self.d_out), x.new_zeros(b, self.num_heads, 0, 0))[
+                : 1 + need_weights] if need_weights else x.new_zeros(b, 0, self.d_out)  # fmt: skip
         if (key_padding_mask is None and positions is None and document_ids is None
                 and (cache is None or cache.contiguous)):  # fmt: skip
             q = Tokens(b, num_tokens, x.device, 0 if cache is None else cache.length, counted=True)

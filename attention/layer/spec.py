@@ -15,7 +15,7 @@ Examples:
     >>> from attention.layer.masks import causal, window
     >>> spec = AttentionSpec(causal() & window(4), num_heads=2, num_kv_heads=1, head_dim=8)
     >>> spec.unsupported()  # what plain causal multi-head attention would not compute
-    ['mask=window(4)', 'num_kv_heads=1 of num_heads=2']
+    ['mask=causal() & window(4)', 'num_kv_heads=1 of num_heads=2']
     >>> spec.replace(mask=causal()).unsupported(allow=("num_kv_heads",))
     []
 """
