@@ -92,10 +92,14 @@ def use(device_type: str, compiled: bool = True) -> Iterator[None]:
             _COMPILED.discard(device_type)
 
 
-def usable(device: torch.device, dropout_p: float) -> bool:
+def usable(device: torch.device, dropout_p: float, sink: bool = False) -> bool:
     """Whether a call on `device` goes to FlexAttention: one of the devices in use (`DEVICES`,
-    or added by `use`), no dropout (the kernel has none), and a torch that has it."""
-    return device.type in ON and dropout_p == 0.0 and _flex() is not None  # device first: cheap
+    or added by `use`), no dropout (the kernel has none), and a torch that has it. A learned
+    sink needs the log-sum-exp, which compiled FlexAttention returns on CUDA only (torch
+    2.13 on the CPU: "`return_lse` is not supported yet")."""
+    if sink and device.type != "cuda" and device.type in _COMPILED:
+        return False
+    return device.type in ON and dropout_p == 0.0 and _flex() is not None
 
 
 def _flex() -> Any:
@@ -243,13 +247,15 @@ def attend(
     """
     h = queries.shape[1]
     mask = block_mask(rule, q, k, h)
-    out, aux = _kernel(queries.device)(
+    aux = None if sink_logits is None else _flex().AuxRequest(lse=True)  # only a sink needs it
+    out = _kernel(queries.device)(
         queries, keys, values, score_mod=_score_mod(score_mods, q, k), block_mask=mask,
-        scale=scale, enable_gqa=h != keys.shape[1], return_aux=_flex().AuxRequest(lse=True),
+        scale=scale, enable_gqa=h != keys.shape[1], return_aux=aux,
     )  # fmt: skip
-    lse: Tensor = aux.lse[..., None]  # (b, h, T, 1): the log of each row's denominator
-    context_vec: Tensor = out
-    if sink_logits is not None:  # one more term e^z in each denominator: scale by sigma(l - z)
-        sink = torch.sigmoid(lse - sink_logits.view(1, -1, 1, 1).to(lse.dtype))
-        context_vec = context_vec * sink.to(context_vec.dtype)
-    return context_vec.masked_fill(lse.isneginf(), 0.0)  # a query that sees nothing: zeros
+    if sink_logits is None:  # a query that sees nothing: FlexAttention's output is zeros
+        context_vec: Tensor = out
+        return context_vec
+    context_vec, lse = out[0], out[1].lse[..., None]  # (b, h, T, 1): log of each denominator
+    sink = torch.sigmoid(lse - sink_logits.view(1, -1, 1, 1).to(lse.dtype))  # one more term e^z
+    context_vec = context_vec * sink.to(context_vec.dtype)
+    return context_vec.masked_fill(lse.isneginf(), 0.0)

@@ -546,7 +546,8 @@ class MultiHeadAttention(nn.Module):
                 options.sink_logits is not self.sink_logits):  # fmt: skip
             options = self._options = Options(self.num_heads, dropout_p, spec.scale,
                                               self.sink_logits, spec.score_mods, self.dropout)  # fmt: skip
-        use_flex = x.device.type in flex.ON and flex.usable(x.device, dropout_p)
+        use_flex = x.device.type in flex.ON and flex.usable(x.device, dropout_p,
+                                                            self.sink_logits is not None)
         chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
                            flex=use_flex)  # fmt: skip
         self._trace[0] = chosen  # what ran: the plan is the one printed

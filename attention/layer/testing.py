@@ -205,8 +205,10 @@ def reference_attention(
     x: Tensor,
     key_padding_mask: Tensor | None = None,
     document_ids: Tensor | None = None,
+    positions: Tensor | None = None,
 ) -> Tensor:
-    """What `mha(x, key_padding_mask, document_ids=...)` must compute, written from the definition.
+    """What `mha(x, key_padding_mask, document_ids=..., positions=...)` must compute, written
+    from the definition.
 
     Independent of the package's code paths: one query head and one query at a time. Each
     row's positions count its real tokens (padding excluded). The visibility of each key is
@@ -222,6 +224,8 @@ def reference_attention(
         x: `(batch, num_tokens, d_in)`.
         key_padding_mask: `(batch, num_tokens)` bool, True = padding, or None.
         document_ids: `(batch, num_tokens)` ints, or None.
+        positions: `(batch, num_tokens)` each token's position, or None: each row's real
+            tokens counted from 0.
 
     Returns:
         `(batch, num_tokens, d_out)`.
@@ -232,6 +236,8 @@ def reference_attention(
     docs = torch.zeros(b, n, dtype=torch.long) if document_ids is None else document_ids
     x = x.masked_fill(pad[..., None], 0.0)  # a padded input is never read
     pos = [[int((~pad[row, :i]).sum()) for i in range(n)] for row in range(b)]  # real before i
+    if positions is not None:
+        pos = positions.tolist()
 
     def project(linear: nn.Linear, heads: int) -> Tensor:
         out = x @ linear.weight.T + (0 if linear.bias is None else linear.bias)

@@ -1,0 +1,192 @@
+"""One position per token: every path reads the positions it is given, and the plan is what runs.
+
+The layer's mask, score modifiers, RoPE, cache and kernel read one `int64` position per token
+(`attention.layer.tokens`). These tests give positions other than `0 .. T - 1` (an offset,
+gaps, repeats, any order) and hold every path to the float64 reference evaluated at those
+positions: fused, explicit, FlexAttention (unfused here in float64; compiled, in the heavy
+group), cached in chunks and static steps. Then: the kernel calls a forward makes are the ones
+its plan names, for every case of the mask-combination test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
+
+from attention import MultiHeadAttention
+from attention.layer import flex
+from attention.layer.fused import MIN_BLOCK
+from attention.layer.masks import causal, documents, sinks, window
+from attention.layer.testing import reference_attention, sdpa_calls
+from tests.layer.test_flex import flex_on_cpu
+from tests.layer.test_masks import ATOL, D_IN, MASKS, MODS, PADDING, B, T, layer, padded
+
+KINDS = ["offset", "gaps", "repeats", "reordered"]
+
+
+def positions(kind: str, offset: int) -> torch.Tensor:
+    """`(B, T)` positions of one kind; rows differ."""
+    line = torch.arange(T)
+    if kind == "offset":
+        rows = [line + offset, line + 2 * offset + 1]
+    elif kind == "gaps":
+        rows = [offset + 3 * line, offset + line * line]
+    elif kind == "repeats":
+        rows = [offset + line // 2, offset + (line + 1) // 3]
+    else:
+        rows = [offset + line.flip(0), offset + torch.tensor([3, 0, 6, 1, 5, 2, 4])]
+    return torch.stack(rows)
+
+
+def takes_a_cache(mha: MultiHeadAttention) -> bool:
+    return mha.rule.bounds.prefix == 0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mask=st.sampled_from(sorted(MASKS)),
+    mods=st.sampled_from(sorted(MODS)),
+    kv=st.sampled_from([4, 2]),
+    rope=st.booleans(),
+    kind=st.sampled_from(KINDS),
+    offset=st.integers(0, 70_000),
+)
+def test_every_path_reads_the_positions_it_is_given(
+    mask: str, mods: str, kv: int, rope: bool, kind: str, offset: int
+) -> None:
+    mha = layer(MASKS[mask](), MODS[mods](), kv, rope)
+    x = torch.randn(B, T, D_IN, dtype=torch.float64)
+    pos = positions(kind, offset)
+    expected = reference_attention(mha, x, positions=pos)
+    with torch.no_grad():
+        assert_close(mha(x, positions=pos), expected, atol=ATOL, rtol=0)
+        explicit, _ = mha(x, positions=pos, need_weights=True)
+        assert_close(explicit, expected, atol=ATOL, rtol=0)
+        with flex_on_cpu() as calls:
+            assert_close(mha(x, positions=pos), expected, atol=ATOL, rtol=0)
+        assert calls or mha.last_plan is None or mha.last_plan.kind != "flex"
+        if takes_a_cache(mha) and kind in ("offset", "gaps"):  # each row's positions grow
+            assert_close(cached(mha, x, pos), expected, atol=ATOL, rtol=0)
+
+
+def cached(mha: MultiHeadAttention, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """A prefill of 3 tokens, then one token at a time: static and dynamic steps in turn."""
+    cache = mha.init_cache(B)
+    outs = [mha(x[:, :3], cache=cache, positions=pos[:, :3])]
+    for t in range(3, T):
+        step = (x[:, t : t + 1], pos[:, t : t + 1])
+        if t % 2:
+            with cache.static_steps():  # every slot, as a CUDA graph's step reads them
+                outs.append(mha(step[0], cache=cache, positions=step[1]))
+        else:
+            outs.append(mha(step[0], cache=cache, positions=step[1]))
+    return torch.cat(outs, dim=1)
+
+
+def test_a_prefix_lm_chunk_at_an_offset_is_read_at_its_positions() -> None:
+    """The issue's case: a prefix-LM layer at positions 5 .. 8 differed from the causal layer
+    with the same weights by 0.261 on the fused path (the mask read slots)."""
+    from attention import prefix_lm
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, mask=prefix_lm(3)).double()
+    plain = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2).double()
+    plain.load_state_dict(mha.state_dict())
+    x, pos = torch.randn(1, 4, 8, dtype=torch.float64), torch.arange(5, 9)[None]
+    assert_close(mha(x, positions=pos), plain(x, positions=pos), atol=ATOL, rtol=0)
+
+
+def test_a_window_cache_prefilled_at_an_offset_keeps_its_keys() -> None:
+    """The issue's case: a window-2 layer prefilled at 20..22, then stepped at 23 with
+    need_weights, gave weights [0, 0] (the cache held slots, the query a position)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, window=2).double()
+    x = torch.randn(1, 4, 8, dtype=torch.float64)
+    cache = mha.init_cache(1)
+    mha(x[:, :3], cache=cache, positions=torch.arange(20, 23)[None])
+    out, weights = mha(x[:, 3:], cache=cache, positions=torch.tensor([[23]]), need_weights=True)
+    assert_close(weights.sum(-1), torch.ones(1, 2, 1, dtype=torch.float64), atol=ATOL, rtol=0)
+    expected = reference_attention(mha, x, positions=torch.arange(20, 24)[None])[:, 3:]
+    assert_close(out, expected, atol=ATOL, rtol=0)
+
+
+def expected_calls(mha: MultiHeadAttention, num_tokens: int) -> tuple[int, int]:
+    """`(sdpa calls, flex calls)` the layer's last plan names for a call of `num_tokens`."""
+    plan = mha.last_plan
+    assert plan is not None
+    if plan.kind in ("explicit", "flex"):
+        return 0, int(plan.kind == "flex")
+    if plan.kind == "blocked":
+        reach = mha.rule.bounds.reach
+        assert reach is not None
+        return math.ceil(num_tokens / max(reach, MIN_BLOCK)), 0
+    return 1, 0
+
+
+CASES = [
+    (mask, mods, PADDING[(i + j) % len(PADDING)], bool((i + j) % 2))
+    for i, mask in enumerate(sorted(MASKS))
+    for j, mods in enumerate(sorted(MODS))
+]
+
+
+@pytest.mark.parametrize(("mask", "mods", "pad", "on_flex"), CASES)
+def test_the_kernel_calls_are_the_plans(mask: str, mods: str, pad: str, on_flex: bool) -> None:
+    """Every mask and modifier of the mask-combination test (each with one padding and one
+    device rule in turn), whole and in chunks: the SDPA and FlexAttention calls observed
+    equal what the plan said (and is_causal, and a mask or none, as it said)."""
+    mha = layer(MASKS[mask](), MODS[mods](), 2, True)
+    x, padding = torch.randn(B, T, D_IN, dtype=torch.float64), padded(pad)
+    calls_ = [(x, padding, None)]
+    if takes_a_cache(mha):
+        cache = mha.init_cache(B)
+        calls_ = [(x[:, :4], None if padding is None else padding[:, :4], cache),
+                  (x[:, 4:5], None, cache), (x[:, 5:], None, cache)]  # fmt: skip
+    for chunk, chunk_pad, cache in calls_:
+        with torch.no_grad(), sdpa_calls() as calls, flex_on_cpu() as flexed:
+            if not on_flex:
+                flex.ON.discard("cpu")
+            mha(chunk, chunk_pad, cache=cache)
+        plan = mha.last_plan
+        assert plan is not None
+        assert (len(calls), len(flexed)) == expected_calls(mha, chunk.shape[1]), plan
+        if plan.kind in ("none", "is_causal"):
+            assert calls[0].is_causal == (plan.kind == "is_causal") and calls[0].mask_shape is None
+        if plan.kind in ("mask", "blocked"):
+            assert all(call.mask_shape is not None for call in calls)
+
+
+@pytest.mark.heavy(seconds=150)
+@pytest.mark.parametrize(
+    "rule",
+    [causal() & window(130), causal() & (window(100) | sinks(4)), None],
+    ids=["window", "window+sinks", "documents"],
+)
+def test_compiled_flex_on_the_cpu_skips_tiles_and_equals_the_reference(rule: object) -> None:
+    """Compiled FlexAttention runs on the CPU and skips the tiles its block mask marks empty
+    (as on CUDA): per-row documents refilled in place, windows, sinks, at positions other
+    than 0 .. T - 1, against the explicit path (float32: compiled FlexAttention on the CPU
+    takes no float64, torch 2.13) and the float64 reference at a few rows."""
+    torch.manual_seed(0)
+    n = 300  # tiles of 128: three query blocks, some of them skipped
+    ids = torch.zeros(2, n, dtype=torch.long)
+    ids[0, 100:], ids[1, 200:] = 1, 1
+    mask = causal() & documents(ids) if rule is None else rule
+    mha = MultiHeadAttention(16, 16, 512, 0.0, 2, num_kv_heads=1, rope=True,
+                             mask=mask).eval()  # fmt: skip
+    x = torch.randn(2, n, 16)
+    pos = torch.arange(n).expand(2, n) + torch.tensor([[0], [1000]])
+    with torch.no_grad(), flex.use("cpu"):
+        for _ in range(2):
+            got = mha(x, positions=pos)
+            assert mha.last_plan is not None and mha.last_plan.kind == "flex"
+            flex.ON.discard("cpu")
+            explicit, _ = mha(x, positions=pos, need_weights=True)
+            flex.ON.add("cpu")
+            assert_close(got, explicit, atol=2e-5, rtol=2e-5)
+            ids[1, 150:] = 1  # refilled in place: the next call's block mask is built again
