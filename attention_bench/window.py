@@ -16,6 +16,7 @@ import torch
 from attention import MultiHeadAttention
 from attention.layer import flex
 from attention.layer.masks import causal, window
+from attention.layer.tokens import Tokens
 from attention_bench.measuring import Device, measure
 
 __all__ = ["LONG_WINDOW", "long_window_rows"]
@@ -46,7 +47,8 @@ def _steps(device: Device, dtype: torch.dtype, num_tokens: int, w: int) -> dict[
     if flex.usable(x.device, 0.0):
         q, k, v = windowed.project(x)
         rule = causal() & window(w)
-        steps["flex_core"] = lambda: flex.attend(q, k, v, rule)
+        line = Tokens(1, num_tokens, x.device, start=0)
+        steps["flex_core"] = lambda: flex.attend(q, k, v, rule, line, line)
     return steps
 
 

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = [
     "check_angles",
     "check_cache",
-    "check_cross",
     "check_cross_options",
     "check_documents",
     "check_memory",
@@ -78,7 +77,7 @@ def check_sizes(
             "num_heads must be divisible by num_kv_heads (each key/value head serves a "
             f"group of query heads): got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
         )
-    return d_in, d_out, context_length, num_heads, num_kv_heads  # type: ignore[return-value]
+    return d_in, d_out, context_length, num_heads, num_kv_heads
 
 
 def check_memory(
@@ -212,5 +211,3 @@ def check_prefix(rule: Mask, cache: KVCache, num_tokens: int) -> None:
         raise ValueError(f"mask {rule!r}: the cache holds {cache.length} tokens, fewer than "
                          f"its prefix of {prefix}; reset it and give the prompt in one "
                          "call")  # fmt: skip
-
-

@@ -168,9 +168,7 @@ class KVCache:
         finally:
             self.full = False
 
-    def update(
-        self, tokens: Tokens, keys: Tensor, values: Tensor
-    ) -> tuple[Tensor, Tensor, Tokens]:
+    def update(self, tokens: Tokens, keys: Tensor, values: Tensor) -> tuple[Tensor, Tensor, Tokens]:
         """Store a chunk's keys and values at its positions; return every key it may need.
 
         Inner method: the layer checked the chunk against the cache.
@@ -229,12 +227,16 @@ class KVCache:
         pos = torch.cat((self.positions[:, :used], tokens.pos), dim=1)
         docs = None
         if self.documents is not None:
-            chunk = tokens.docs if tokens.docs is not None else tokens.pos.new_zeros(pos.shape[0],
-                                                                                    tokens.n)
+            chunk = (
+                tokens.docs
+                if tokens.docs is not None
+                else tokens.pos.new_zeros(pos.shape[0], tokens.n)
+            )
             docs = torch.cat((self.documents[:, :used], chunk), dim=1)
         return (torch.cat((self.keys[:, :, :used], keys), dim=2),
                 torch.cat((self.values[:, :, :used], values), dim=2),
-                Tokens(self.batch_size, pos.shape[1], keys.device, given=pos, docs=docs))  # fmt: skip
+                Tokens(keys.shape[0], pos.shape[1], keys.device, given=pos,
+                       docs=docs))  # fmt: skip
 
     def _write_slice(self, slot: int, keys: Tensor, values: Tensor) -> None:
         """Every row's chunk at slots `slot ...`: the contiguous case, one copy per tensor."""

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["drop_book_mask", "from_wrapper"]
 
 
-def from_wrapper(cls: type[MultiHeadAttention], wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
+def from_wrapper(
+    cls: type[MultiHeadAttention], wrapper: MultiHeadAttentionWrapper
+) -> MultiHeadAttention:
     """The fused module that computes exactly what `wrapper` computes.
 
     Head $i$'s `W_query` becomes rows $i d_h \\dots (i+1) d_h$ of the fused `W_query` (and
@@ -90,8 +92,8 @@ def drop_book_mask(
 
     The book's class stores `triu(ones(context_length, context_length), 1)` (a float buffer
     of 1.0 above the diagonal; a bool one is taken too); this module computes the mask
-    instead, so the entry is checked and dropped. Any other mask would change what the module computes, and
-    is refused rather than silently ignored.
+    instead, so the entry is checked and dropped. Any other mask would change what the module
+    computes, and is refused rather than silently ignored.
     """
     key = prefix + "mask"
     if key not in state_dict:

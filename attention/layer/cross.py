@@ -60,10 +60,9 @@ def attend(
         context_vec = cross_attention(queries, keys, values, key_pos, dropout_p=dropout_p,
                                       scale=layer.scale)  # fmt: skip
         attn_weights = None
-    context_vec = context_vec.transpose(1, 2).reshape(
-        b, num_tokens, layer.d_out
-    )  # (b, T, d_out)
+    context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, layer.d_out)  # (b, T, d_out)
     return layer.out_proj(context_vec), attn_weights
+
 
 def refuse_self_attention(layer: MultiHeadAttention) -> None:
     """A layer of other key and value widths than `d_in` attends to another sequence only."""
@@ -117,11 +116,10 @@ def check(
         raise ValueError(f"cache holds 1 to {cache.slots} keys (max_tokens), got key "
                          f"with {k.shape[1]}")  # fmt: skip
 
+
 def _check_cache(layer: MultiHeadAttention, cache: object, batch: int, key: object) -> None:
     if not isinstance(cache, KVCache):
-        raise TypeError(
-            f"cache must be a KVCache (from init_cache), got {type(cache).__name__}"
-        )
+        raise TypeError(f"cache must be a KVCache (from init_cache), got {type(cache).__name__}")
     weight, keys = layer.W_key.weight, cache.keys
     made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
     if made != (layer.num_kv_heads, layer.head_dim, weight.dtype, weight.device):
@@ -136,6 +134,7 @@ def _check_cache(layer: MultiHeadAttention, cache: object, batch: int, key: obje
     if key is None and not cache.length:
         raise ValueError("cache is empty: the first cross-attention call passes key= (and "
                          "value=) to fill it")  # fmt: skip
+
 
 def _memory(
     layer: MultiHeadAttention,

@@ -137,7 +137,9 @@ def _lookup(line: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
     return lambda b, idx: line[b, idx]
 
 
-def _mask_mod(rule: Mask, q: Tokens, k: Tokens) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
+def _mask_mod(
+    rule: Mask, q: Tokens, k: Tokens
+) -> Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]:
     """FlexAttention's `mask_mod` over indices: the rule at positions, documents, no empties."""
     q_at, k_at = _lookup(q.line), _lookup(k.line)
     q_docs, k_docs = q.docs, k.docs
@@ -191,7 +193,9 @@ def block_mask(rule: Mask, q: Tokens, k: Tokens, num_heads: int) -> Any:
     return made
 
 
-def _score_mod(score_mods: Sequence[ScoreMod], q: Tokens, k: Tokens) -> Callable[..., Tensor] | None:
+def _score_mod(
+    score_mods: Sequence[ScoreMod], q: Tokens, k: Tokens
+) -> Callable[..., Tensor] | None:
     """The modifiers in list order, as one FlexAttention `score_mod` over indices."""
     if not score_mods:
         return None

@@ -215,10 +215,11 @@ def plan_call(
     bounds = rule.bounds
     if own and q.start is None and q.counted and not (
             bounds.everything and q.docs is None and not options.score_mods):  # fmt: skip
-        q, k, compacted = _compacted_tokens(rule, q), None, True  # padding, no cache: compact
+        q = k = _compacted_tokens(rule, q)  # padding, no cache: compact the rows first
+        compacted = True
     else:
         compacted = False
-    keys = q if k is None else k
+    keys = k
     start = q.start  # keys whose positions only the device knows: a mask per row
     if start is not None and keys.start is None and not (keys.ring and q.n == 1):
         start = None

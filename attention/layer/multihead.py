@@ -26,7 +26,7 @@ from attention.layer.fused import Options, Plan, plan_call, run
 from attention.layer.masks import Mask, chunk_mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.layer.probe import probe
-from attention.layer.score_mods import ScoreMod
+from attention.layer.score_mods import ScoreMod, as_score_mods
 from attention.layer.spec import AttentionSpec
 from attention.layer.tokens import Tokens, queries
 
@@ -203,22 +203,28 @@ class MultiHeadAttention(nn.Module):
         scale: float | None = None,
     ) -> None:
         super().__init__()
+        kv = num_heads if num_kv_heads is None else num_kv_heads
         d_in, d_out, context_length, num_heads, num_kv_heads = arguments.check_sizes(
-            d_in, d_out, context_length, num_heads, num_heads if num_kv_heads is None else num_kv_heads
-        )  # fmt: skip
+            d_in, d_out, context_length, num_heads, kv
+        )
         self.kdim = d_in if kdim is None else check_size("kdim", kdim)
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
         rule = arguments.layer_mask(causal, window, sinks, mask)
         check_dropout(dropout)
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
-        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, d_out // num_heads
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            num_heads,
+            num_kv_heads,
+            d_out // num_heads,
+        )
         check_flag("rope", rope)
         rope_frequencies(2, rope_base)  # checks rope_base, used or not
         if rope and self.head_dim % 2:
             raise ValueError("rope rotates pairs of dimensions: head_dim = d_out // num_heads "
                              f"must be even, got head_dim={self.head_dim}")  # fmt: skip
         self._trace: list[Plan | None] = [None]  # the last call's plan (a list: compiles)
-        self.spec = AttentionSpec(rule, score_mods, scale, float(rope_base) if rope else None,
+        mods = as_score_mods(score_mods)
+        self.spec = AttentionSpec(rule, mods, scale, float(rope_base) if rope else None,
                                   check_flag("sink_logit", sink_logit), num_heads,
                                   num_kv_heads, self.head_dim)  # fmt: skip
         if (self.kdim, self.vdim) != (d_in, d_in):
@@ -245,7 +251,8 @@ class MultiHeadAttention(nn.Module):
 
     @spec.setter
     def spec(self, new: AttentionSpec) -> None:
-        self._spec = self._spec.check_swap(new) if hasattr(self, "_spec") else new
+        old: AttentionSpec | None = self.__dict__.get("_spec")
+        self._spec: AttentionSpec = new if old is None else old.check_swap(new)
         self._unprobed = True  # a new mask or modifier is tried at the next call
         bounds = new.mask.bounds  # what each call reads, derived here from the one spec
         self._prefix, self._cross = bounds.prefix, bounds.everything
@@ -494,8 +501,8 @@ class MultiHeadAttention(nn.Module):
                                        and self.rotary is not None):  # fmt: skip
             arguments.check_angles(angles, num_tokens, self.head_dim, self.rope)
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
-            return (x.new_zeros(b, 0, self.d_out), x.new_zeros(b, self.num_heads, 0, 0))[
-                : 1 + need_weights] if need_weights else x.new_zeros(b, 0, self.d_out)  # fmt: skip
+            empty = x.new_zeros(b, 0, self.d_out)
+            return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
         if (key_padding_mask is None and positions is None and document_ids is None
                 and (cache is None or cache.contiguous)):  # fmt: skip
             q = Tokens(b, num_tokens, x.device, 0 if cache is None else cache.length, counted=True)
@@ -544,10 +551,17 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout.p if self.training else 0.0
         if options is None or options.dropout_p != dropout_p or (
                 options.sink_logits is not self.sink_logits):  # fmt: skip
-            options = self._options = Options(self.num_heads, dropout_p, spec.scale,
-                                              self.sink_logits, spec.score_mods, self.dropout)  # fmt: skip
-        use_flex = x.device.type in flex.ON and flex.usable(x.device, dropout_p,
-                                                            self.sink_logits is not None)
+            options = self._options = Options(
+                self.num_heads,
+                dropout_p,
+                spec.scale,
+                self.sink_logits,
+                spec.score_mods,
+                self.dropout,
+            )
+        use_flex = x.device.type in flex.ON and flex.usable(
+            x.device, dropout_p, self.sink_logits is not None
+        )
         chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
                            flex=use_flex)  # fmt: skip
         self._trace[0] = chosen  # what ran: the plan is the one printed
@@ -579,7 +593,11 @@ class MultiHeadAttention(nn.Module):
         queries_ = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
         keys = self.W_key(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
         values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
-        queries_, keys, values = queries_.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
+        queries_, keys, values = (
+            queries_.transpose(1, 2),
+            keys.transpose(1, 2),
+            values.transpose(1, 2),
+        )
         if self.rotary is not None:  # turn each query and key by m * theta_i at its position m
             if angles is None:
                 angles = self.rotary.of(positions or Tokens(b, num_tokens, x.device, start=0),

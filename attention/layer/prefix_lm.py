@@ -41,7 +41,12 @@ def prefix(n: int) -> Mask:
     position `n` on it is causal.
     """
     check_size("prefix", n)
-    return Mask(partial(_prefix, n), f"prefix({n})", Bounds(causal_from=n, reach=0, anchor=n), f"prefix({n})")
+    return Mask(
+        partial(_prefix, n),
+        f"prefix({n})",
+        Bounds(causal_from=n, reach=0, anchor=n),
+        f"prefix({n})",
+    )
 
 
 def prefix_lm(n: int) -> Mask:

@@ -96,8 +96,9 @@ class AttentionSpec:
             raise TypeError(f"spec must be an AttentionSpec, got {type(new).__name__}")
         for name in _FIXED:
             if getattr(new, name) != getattr(self, name):
-                raise ValueError(f"{name} shapes the layer's parameters: it stays "
-                                 f"{getattr(self, name)!r}, got {getattr(new, name)!r}")  # fmt: skip
+                was, got = getattr(self, name), getattr(new, name)
+                raise ValueError(f"{name} shapes the layer's parameters: it stays {was!r}, "
+                                 f"got {got!r}")  # fmt: skip
         return new
 
     @property
@@ -129,6 +130,6 @@ class AttentionSpec:
         if self.sink_logit:
             found.append(("sink_logit", "sink_logit"))
         if self.num_kv_heads != self.num_heads:
-            found.append(("num_kv_heads",
-                          f"num_kv_heads={self.num_kv_heads} of num_heads={self.num_heads}"))  # fmt: skip
+            heads = f"num_kv_heads={self.num_kv_heads} of num_heads={self.num_heads}"
+            found.append(("num_kv_heads", heads))
         return [text for name, text in found if name not in allow]

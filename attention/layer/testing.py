@@ -93,9 +93,9 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
 
     Raises:
         TypeError: `mha` is not a `MultiHeadAttention`.
-        ValueError: `mha.d_in != mha.d_out`, or it uses grouped heads, RoPE, a window, a sink
-            logit, a scale of its own or a score modifier, which PyTorch's module does not
-            have.
+        ValueError: `mha.d_in != mha.d_out`, or its spec computes what PyTorch's module does
+            not: a mask other than causal or full (a window, a prefix-LM, yours), grouped
+            heads, RoPE, a sink logit, a scale of its own or a score modifier, each named.
 
     Examples:
         >>> from attention import causal_mask
@@ -108,15 +108,11 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     """
     if not isinstance(mha, MultiHeadAttention):
         raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
-    if (mha.num_kv_heads != mha.num_heads or mha.rope or mha.window is not None
-            or mha.sink_logits is not None or mha.scale is not None or mha.score_mods):  # fmt: skip
-        mods = [mod.name for mod in mha.score_mods]
-        raise ValueError(
-            "nn.MultiheadAttention has no grouped heads, RoPE, window, sink logit, scale of "
-            f"its own or score modifier: got num_kv_heads={mha.num_kv_heads}, rope={mha.rope}, "
-            f"window={mha.window}, sink_logit={mha.sink_logits is not None}, scale={mha.scale}, "
-            f"score_mods={mods}"
-        )
+    unsupported = mha.spec.unsupported()  # what the spec computes beyond plain attention
+    if unsupported:
+        named = ", ".join(unsupported)
+        raise ValueError("nn.MultiheadAttention computes plain causal or full attention (the "
+                         f"mask passed to each call): it has no {named}")  # fmt: skip
     if mha.d_in != mha.d_out:
         raise ValueError(
             "nn.MultiheadAttention needs d_in == d_out (its embed_dim), "
@@ -245,7 +241,8 @@ def reference_attention(
 
     q, k, v = project(mha.W_query, h), project(mha.W_key, h_kv), project(mha.W_value, h_kv)
     if mha.rope:
-        q, k = _rotate(q, pos, mha.rope_base), _rotate(k, pos, mha.rope_base)
+        base = float(mha.rope_base or 0.0)  # set with rope
+        q, k = _rotate(q, pos, base), _rotate(k, pos, base)
     sees = _definition(mha, pos, pad, docs)
 
     def modified(score: Tensor, row: int, head: int, i: int, j: int) -> Tensor:

@@ -49,10 +49,10 @@ Examples:
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import torch
 from torch import Tensor
-
-from contextlib import ExitStack
 
 from attention.layer.cache import KVCache
 from attention.model.gpt import GPTModel
@@ -105,8 +105,9 @@ class StaticDecode:
     def __call__(self, token: Tensor) -> Tensor:
         first, model = self.caches[0], self.model
         if model.pos_emb is not None and first.length >= model.context_length:
+            limit = model.context_length
             raise ValueError(f"the caches hold {first.length} tokens: a model with learned "
-                             f"positions takes at most context_length={model.context_length}")  # fmt: skip
+                             f"positions takes at most context_length={limit}")  # fmt: skip
         self.token.copy_(token)
         if not self.graph_on:
             logits = self.step()  # each cache's update counts the token

@@ -46,10 +46,10 @@ import torch.nn.functional as F
 from torch import Size, Tensor, nn
 
 from attention.checks import check_dropout, check_flag, check_ids, check_size, check_tensor
-from attention.layer.cache import KVCache
-from attention.layer.tokens import Tokens, queries
 from attention.layer.arguments import check_documents
+from attention.layer.cache import KVCache
 from attention.layer.multihead import MultiHeadAttention
+from attention.layer.tokens import Tokens, queries
 
 __all__ = [
     "GELU",

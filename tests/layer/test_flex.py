@@ -147,7 +147,9 @@ def test_a_block_mask_is_kept_only_where_provably_the_same() -> None:
     assert flex.block_mask(causal() & window(8), line, line, 2) is first  # every layer, step
     assert flex.block_mask(causal() & window(9), line, line, 2) is not first
     pos = torch.arange(64)[None]  # one model call's positions, every layer
-    mine = flex.block_mask(causal(), Tokens(1, 64, cpu, given=pos), Tokens(1, 64, cpu, given=pos), 2)
+    mine = flex.block_mask(
+        causal(), Tokens(1, 64, cpu, given=pos), Tokens(1, 64, cpu, given=pos), 2
+    )
     assert flex.block_mask(causal(), Tokens(1, 64, cpu, given=pos),
                            Tokens(1, 64, cpu, given=pos), 2) is mine  # fmt: skip
     pos.add_(1)  # refilled in place: its version moved on, built again

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attention import MultiHeadAttention
+from attention import MultiHeadAttention, prefix_lm
 from attention.layer.masks import from_flags
 from attention.layer.positions import apply_rope, rope_angles, rotate_half
 from attention.layer.softcap import softcap
@@ -241,10 +241,11 @@ def test_windowed_layers_cache_at_most_the_window() -> None:
         (lambda: from_flags(True, None, 2), ValueError, r"sinks=2 needs a window"),
         (lambda: from_flags(True, 4, -1), ValueError, r"sinks must be >= 0, got -1"),
         (lambda: padding_mask([1.5], 3), TypeError, r"lengths must be a sequence of ints"),
-        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, num_kv_heads=1)), ValueError, r"no grouped heads"),
-        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, scale=2.0)), ValueError, r"scale=2.0"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, num_kv_heads=1)), ValueError, r"has no num_kv_heads=1 of num_heads=2"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, scale=2.0)), ValueError, r"scale=2"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, mask=prefix_lm(3))), ValueError, r"mask=causal\(\) \| prefix\(3\)"),
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, score_mods=[softcap(0.5)])), ValueError, r"score_mods=\['softcap"),
-        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, window=2, sink_logit=True)), ValueError, r"sink_logit=True"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, window=2, sink_logit=True)), ValueError, r"mask=window\(2\), sink_logit"),
     ],
 )  # fmt: skip
 def test_the_new_helpers_name_their_arguments(

@@ -16,9 +16,9 @@ from torch.testing import assert_close
 
 from attention import MultiHeadAttention
 from attention.layer.cache import KVCache
-from attention.layer.tokens import Tokens, queries, visible
 from attention.layer.masks import chunk_mask, everything, from_flags, window
 from attention.layer.testing import padding_mask, reference_attention, sdpa_calls
+from attention.layer.tokens import Tokens, queries, visible
 
 B, T, D_IN, H, HEAD_DIM = 2, 11, 6, 4, 4
 ATOL = 1e-10

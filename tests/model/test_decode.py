@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attention.layer.tokens import Tokens
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.softcap import softcap
 from attention.layer.testing import sdpa_calls
+from attention.layer.tokens import Tokens
 from attention.model.decode import StaticDecode, supports_static
 from attention.model.generation import generate, pad_prompts, stream
 from attention.model.gpt import GPTModel
@@ -117,7 +117,9 @@ def test_a_static_step_reads_no_tensor_value(extra: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("padded", [False, True], ids=["one-length", "padded"])
 @pytest.mark.parametrize("extra", VARIANTS.values(), ids=VARIANTS.keys())
-def test_static_and_dynamic_steps_mix_on_the_same_caches(extra: dict[str, Any], padded: bool) -> None:
+def test_static_and_dynamic_steps_mix_on_the_same_caches(
+    extra: dict[str, Any], padded: bool
+) -> None:
     """One cache contract: static steps (every slot) and dynamic steps (the filled slots)
     interleaved on the same caches, linear, ring, padded, with sinks, equal one uncached
     forward over the whole sequence (float64)."""

@@ -442,7 +442,11 @@ def test_a_decode_step_enters_no_more_python_functions_than_before(
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"positions": torch.zeros(2, 4)}, TypeError, "positions must be integers, got dtype torch.float32"),
+        (
+            {"positions": torch.zeros(2, 4)},
+            TypeError,
+            "positions must be integers, got dtype torch.float32",
+        ),
         ({"positions": torch.zeros(2, 3, dtype=torch.long)}, ValueError, r"\(2, 5\)"),
         ({"angles": (torch.zeros(5, 8),)}, ValueError, "angles must be RoPE's"),
         ({"angles": "cos, sin"}, ValueError, "angles must be RoPE's"),
