@@ -18,7 +18,7 @@ from attention.layer.masks import Mask, as_mask, from_flags
 from attention.layer.tokens import Tokens
 
 if TYPE_CHECKING:
-    from attention.layer.multihead import MultiHeadAttention
+    from attention.layer.spec import Specified
 
 __all__ = [
     "check_angles",
@@ -151,7 +151,7 @@ def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool) -> 
 
 
 def check_cache(
-    layer: MultiHeadAttention, cache: object, batch_size: int, num_tokens: int, like: Tensor
+    layer: Specified, cache: object, batch_size: int, num_tokens: int, like: Tensor
 ) -> None:
     """Raise an error naming `cache` unless it was made for `layer` and fits the chunk."""
     if not isinstance(cache, KVCache):

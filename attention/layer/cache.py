@@ -56,7 +56,7 @@ class KVCache:
     """Keys and values of the tokens seen so far, for one attention layer.
 
     Made by
-    [`MultiHeadAttention.init_cache`][attention.layer.multihead.MultiHeadAttention.init_cache] on
+    [`MultiHeadAttention.init_cache`][attention.layer.spec.Specified.init_cache] on
     the module's device and dtype, with `num_kv_heads` heads (grouped-query attention shrinks it
     by `num_heads / num_kv_heads`) and, for a layer whose mask bounds how far back a query sees,
     as a ring buffer of `window + sinks` slots.

@@ -6,6 +6,17 @@ sequences), none of the keys' padding. A cache holds the other sequence's keys a
 once: the first call, with `key`, fills it; later calls pass `key=None` and read them.
 [`MultiHeadAttention.forward`][attention.layer.multihead.MultiHeadAttention.forward] sends a call
 here when it gets `key` (or a cache on a layer whose mask sees everything).
+
+Examples:
+    >>> import torch
+    >>> from attention import MultiHeadAttention
+    >>> layer = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, causal=False, kdim=6, vdim=6)
+    >>> memory = torch.randn(2, 5, 6)  # (batch, num_keys, kdim): an encoder's output
+    >>> cache = layer.init_cache(batch_size=2, max_tokens=5)
+    >>> first = layer(torch.randn(2, 3, 8), key=memory, cache=cache)  # fills the cache
+    >>> step = layer(torch.randn(2, 1, 8), cache=cache)  # reads it: (2, 1, 8)
+    >>> cache.length  # the 5 keys, stored once
+    5
 """
 
 from __future__ import annotations

@@ -23,17 +23,17 @@ from attention.derivation.wrapper import MultiHeadAttentionWrapper
 from attention.layer import arguments, convert, cross, flex
 from attention.layer.cache import KVCache
 from attention.layer.fused import Options, Plan, plan_call, run
-from attention.layer.masks import Mask, chunk_mask
+from attention.layer.masks import Mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.layer.probe import probe
 from attention.layer.score_mods import ScoreMod, as_score_mods
-from attention.layer.spec import AttentionSpec
+from attention.layer.spec import AttentionSpec, Specified
 from attention.layer.tokens import Tokens, queries
 
 __all__ = ["MultiHeadAttention"]
 
 
-class MultiHeadAttention(nn.Module):
+class MultiHeadAttention(Specified, nn.Module):
     r"""Production multi-head self-attention on PyTorch's fused kernel.
 
     $$
@@ -69,33 +69,24 @@ class MultiHeadAttention(nn.Module):
     ([`attention.layer.positions`][attention.layer.positions]). With `sink_logit`, each head has a
     learned logit for attending to nothing (gpt-oss).
 
-    One forward serves every call: project, rotate at the tokens' positions, store in the
-    cache if one is given, attend, merge the heads. By default the attention runs in
-    `torch.nn.functional.scaled_dot_product_attention` through
-    [`fused_attention`][attention.layer.fused.fused_attention], which never materialises the
-    $T \times T$ weights. With `need_weights=True` it runs the explicit path
-    ([`explicit_attention`][attention.derivation.core.explicit_attention]) and returns the
-    weights too. Both paths are tested equal (outputs and gradients), and equal to
-    `torch.nn.MultiheadAttention` with the same weights.
+    One forward serves every call: check, project, rotate, `cache.update`, plan, run, merge
+    ([`attention.layer.fused`][attention.layer.fused]). Every token has one position
+    ([`attention.layer.tokens`][attention.layer.tokens]), which RoPE, the mask, the score
+    modifiers, the cache and the plan all read: by default each row counts its real tokens
+    after what the cache holds (padding anywhere changes none of a row's real outputs), or
+    `positions=` gives them. By default the kernel is `scaled_dot_product_attention`, which
+    never materialises the $T \times T$ weights; `need_weights=True` runs the explicit path
+    ([`explicit_attention`][attention.derivation.core.explicit_attention]) and returns them.
+    Both are tested equal (outputs and gradients), and equal to `torch.nn.MultiheadAttention`.
+    What the attention computes is one frozen
+    [`AttentionSpec`][attention.layer.spec.AttentionSpec], `spec`, changed only whole
+    ([`replace`][attention.layer.spec.Specified.replace]).
 
     Parameters are created in the book's order (`W_query`, `W_key`, `W_value`, `out_proj`), so
     with the defaults and the same `torch.manual_seed` this module equals the book's
-    `MultiHeadAttention`. Unlike the book's class it keeps no `(context_length,
-    context_length)` mask buffer (16 GiB as bool, 64 GiB as the book's float32, at 131,072
-    tokens). A book checkpoint's `mask` entry
-    (bool or float) is checked to be the causal mask and dropped, so
-    `load_state_dict(book_state_dict)` works with `strict=True`.
-
-    Every token has one position ([`attention.layer.tokens`][attention.layer.tokens]): RoPE, the
-    mask, the score modifiers, the cache and the kernel's plan all read it. By default each
-    row counts its real tokens, after what the cache holds: padding anywhere in a row, left,
-    right or between tokens, changes none of its real outputs; `positions=` gives them
-    instead. The forward is: check, project, rotate, `cache.update`, plan, run, merge
-    ([`attention.layer.fused`][attention.layer.fused]).
-
-    What the attention computes (mask, score modifiers, scale, RoPE, sink, heads) is one
-    frozen [`AttentionSpec`][attention.layer.spec.AttentionSpec], `spec`, changed only whole
-    ([`replace`][attention.layer.multihead.MultiHeadAttention.replace]).
+    `MultiHeadAttention`, without its `(context_length, context_length)` mask buffer (64 GiB
+    as the book's float32 at 131,072 tokens); a book checkpoint's `mask` entry is checked to
+    be the causal mask and dropped, so `load_state_dict(book_state_dict)` works strictly.
 
     Compiling and exporting: `torch.compile` works, and `torch.export` with a dynamic token
     count, with or without a padding mask (the first eager call tries the mask and score
@@ -244,109 +235,6 @@ class MultiHeadAttention(nn.Module):
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
         self.register_load_state_dict_pre_hook(convert.drop_book_mask)  # type: ignore[no-untyped-call]
 
-    @property
-    def spec(self) -> AttentionSpec:
-        """What the attention computes: mask, score modifiers, scale, RoPE, sink, heads."""
-        return self._spec
-
-    @spec.setter
-    def spec(self, new: AttentionSpec) -> None:
-        old: AttentionSpec | None = self.__dict__.get("_spec")
-        self._spec: AttentionSpec = new if old is None else old.check_swap(new)
-        self._unprobed = True  # a new mask or modifier is tried at the next call
-        bounds = new.mask.bounds  # what each call reads, derived here from the one spec
-        self._prefix, self._cross = bounds.prefix, bounds.everything
-        self._layout = None if bounds.prefix is None else (
-            self.num_kv_heads, self.head_dim, bounds.reach or None, bounds.anchor)  # fmt: skip
-        self._options: Options | None = None  # made at the next call
-
-    @property
-    def last_plan(self) -> Plan | None:
-        """The plan the last call ran ([`plan_call`][attention.layer.fused.plan_call])."""
-        return self._trace[0]
-
-    def replace(
-        self,
-        *,
-        mask: Mask | Callable[..., Tensor] | None = None,
-        score_mods: Sequence[ScoreMod | Callable[..., Tensor]] | None = None,
-        scale: float | None = None,
-    ) -> MultiHeadAttention:
-        """Swap in a spec with another mask, score modifiers or scale; returns the layer.
-
-        The whole spec changes at once, so nothing derived from the old one survives; a cache
-        made for another window or sinks is then refused by name. Head counts, the sink
-        logit and RoPE shape the parameters and stay.
-
-        Examples:
-            >>> from attention.layer.masks import causal, window
-            >>> mha = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2)
-            >>> mha.replace(mask=causal() & window(4)).window
-            4
-        """
-        self.spec = self._spec.replace(mask=mask, score_mods=score_mods, scale=scale)
-        return self
-
-    def _read_only(self, name: str) -> None:
-        raise AttributeError(f"MultiHeadAttention.{name} is part of its spec: swap the whole "
-                             f"spec with layer.replace({name}=...)")  # fmt: skip
-
-    @property
-    def rule(self) -> Mask:
-        """The [`Mask`][attention.layer.masks.Mask]: `mask`, or the one the shorthand names."""
-        return self._spec.mask
-
-    @rule.setter
-    def rule(self, value: object) -> None:
-        self._read_only("mask")
-
-    @property
-    def score_mods(self) -> tuple[ScoreMod, ...]:
-        """The tuple of [`ScoreMod`][attention.layer.score_mods.ScoreMod]s, applied in order."""
-        return self._spec.score_mods
-
-    @score_mods.setter
-    def score_mods(self, value: object) -> None:
-        self._read_only("score_mods")
-
-    @property
-    def scale(self) -> float | None:
-        """What $q \\cdot k$ is multiplied by; None: $1 / \\sqrt{d_h}$."""
-        return self._spec.scale
-
-    @scale.setter
-    def scale(self, value: object) -> None:
-        self._read_only("scale")
-
-    @property
-    def rope(self) -> bool:
-        return self._spec.rope_base is not None
-
-    @property
-    def rope_base(self) -> float | None:
-        return self._spec.rope_base
-
-    @property
-    def causal(self) -> bool:
-        """Whether the mask certainly hides the future (its bounds)."""
-        return self.rule.bounds.causal
-
-    @property
-    def window(self) -> int | None:
-        """How far back a query sees at most (the mask's reach), or None: unbounded (or a
-        reach of 0: only the anchors, as `prefix(n)` alone, which no ring can hold)."""
-        return self.rule.bounds.reach or None
-
-    @property
-    def sinks(self) -> int:
-        """The first positions every query may see beyond the reach (the mask's anchor)."""
-        return self.rule.bounds.anchor
-
-    @property
-    def layout(self) -> tuple[object, ...] | None:
-        """What a self-attention cache must be made for (None: this layer takes none)."""
-        return self._layout
-
     @overload
     def forward(
         self,
@@ -424,7 +312,7 @@ class MultiHeadAttention(nn.Module):
                 in slot order (`cache.positions` says which position each holds), then the
                 chunk's own.
             cache: a [`KVCache`][attention.layer.cache.KVCache] from
-                [`init_cache`][attention.layer.multihead.MultiHeadAttention.init_cache]: `x` is the
+                [`init_cache`][attention.layer.spec.Specified.init_cache]: `x` is the
                 next chunk of a sequence whose earlier tokens the cache has taken; positions
                 (for RoPE, the mask, the modifiers) continue from each row's last (its
                 `next`). A chunk given without ids after one with them is document 0.
@@ -434,7 +322,7 @@ class MultiHeadAttention(nn.Module):
                 encoder's output) the keys come from; `key_padding_mask` is then its padding,
                 `(batch, num_keys)`. Needs `causal=False`, no RoPE, mask or score modifier.
                 With a cache, the first call passes `key` and fills it; later calls (a
-                decoder's steps) pass none and read it.
+                decoder's steps) pass none and read it ([`cross`][attention.layer.cross]).
             value: `(batch, num_keys, vdim)`, what the values come from; default `key`.
             positions: each token's position `(batch, num_tokens)`, non-negative ints, read
                 by RoPE, the mask, the score modifiers and the cache alike (offsets, gaps,
@@ -455,16 +343,6 @@ class MultiHeadAttention(nn.Module):
             ValueError: wrong rank or width of `x`, too many tokens, another device, a mask,
                 positions or document ids of the wrong shape, or a cache this chunk does not
                 fit.
-
-        Examples:
-            >>> layer = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, causal=False, kdim=6,
-            ...                            vdim=6)
-            >>> memory = torch.randn(2, 5, 6)  # (batch, num_keys, kdim): an encoder's output
-            >>> cache = layer.init_cache(batch_size=2, max_tokens=5)
-            >>> first = layer(torch.randn(2, 3, 8), key=memory, cache=cache)  # fills the cache
-            >>> step = layer(torch.randn(2, 1, 8), cache=cache)  # reads it: (2, 1, 8)
-            >>> cache.length  # the 5 keys, stored once
-            5
         """
         w = self.W_query.weight  # the fast test first: a failed one names what is wrong
         if not (type(x) is Tensor and x.ndim == 3 and x.shape[2] == self.d_in
@@ -523,16 +401,8 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Self-attention, after the checks: project, rotate, `cache.update`, plan, run, merge.
 
-        Args:
-            x: `(batch, num_tokens, d_in)`, padded positions zeroed.
-            q: the tokens' positions (and documents).
-            cache: the layer's cache, or None.
-            angles: RoPE's `(cos, sin)` at those positions, or None: made here.
-            need_weights: also return the weights (the explicit path).
-
-        Returns:
-            `(context_vec, attn_weights)`: `(batch, num_tokens, d_out)`, and the weights
-            `(batch, num_heads, num_tokens, num_keys)` with `need_weights`, else None.
+        `x` `(b, T, d_in)` (padding zeroed), `q` its tokens' positions, RoPE's `angles` if the
+        model made them; returns `(b, T, d_out)` and the weights with `need_weights`.
         """
         spec = self._spec
         if self._unprobed and not torch.compiler.is_compiling():  # the first eager call:
@@ -623,83 +493,7 @@ class MultiHeadAttention(nn.Module):
         scale = 1 / math.sqrt(self.head_dim) if self.scale is None else self.scale
         return queries_ @ keys.transpose(-2, -1) * scale  # (b, h, T, T)
 
-    def mask(self, num_tokens: int, device: torch.device | str | None = None) -> Tensor:
-        """This layer's `(num_tokens, num_tokens)` bool mask, True = may attend, from its rule.
-
-        Examples:
-            >>> mha = MultiHeadAttention(4, 4, 8, 0.0, num_heads=1, window=2)
-            >>> mha.mask(3)
-            tensor([[ True, False, False],
-                    [ True,  True, False],
-                    [False,  True,  True]])
-        """
-        return chunk_mask(0, num_tokens, self.rule, device)
-
-    def init_cache(self, batch_size: int, max_tokens: int | None = None) -> KVCache:
-        """An empty key/value cache for generating with this module, on its device and dtype.
-
-        A layer with a window gets a ring buffer of `window + sinks` slots, whatever the
-        length; any other layer a linear cache of `max_tokens`.
-
-        Args:
-            batch_size: sequences generated together.
-            max_tokens: the most tokens it will take, prompt (and padding) included; default
-                `context_length`, or no limit for a layer with a window.
-
-        Returns:
-            A [`KVCache`][attention.layer.cache.KVCache] of `num_kv_heads` heads.
-
-        A module with `causal=False` caches only for cross-attention: the other sequence's
-        keys and values, `max_tokens` of them (default `context_length`), stored once.
-
-        Raises:
-            ValueError: `max_tokens` (without a window, causal) exceeds `context_length`.
-        """
-        window = self.window
-        if max_tokens is None and window is None:
-            max_tokens = self.context_length
-        if max_tokens is not None:
-            check_size("max_tokens", max_tokens)
-            if self.layout is not None and window is None and max_tokens > self.context_length:
-                raise ValueError(
-                    f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
-                )
-        weight = self.W_key.weight
-        cache = KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
-                        window=window, sinks=self.sinks, device=weight.device,
-                        dtype=weight.dtype)  # fmt: skip
-        cache.layout = self.layout
-        return cache
-
-    def check_cache(self, cache: object, batch_size: int, num_tokens: int) -> None:
-        """Raise an error naming `cache` unless it was made for this layer and fits the chunk.
-
-        Raises:
-            TypeError: not a `KVCache`.
-            ValueError: a mask that no cache can take, another head layout, dtype or device,
-                window, batch size, or no room left.
-        """
-        arguments.check_cache(self, cache, batch_size, num_tokens, self.W_key.weight)
-
-    def extra_repr(self) -> str:
-        """Shown by `print(module)`: what is not visible in the submodules."""
-        options = [f"num_heads={self.num_heads}", f"causal={self.causal}"]
-        if (self.kdim, self.vdim) != (self.d_in, self.d_in):
-            options.append(f"kdim={self.kdim}, vdim={self.vdim}")
-        if self.num_kv_heads != self.num_heads:
-            options.append(f"num_kv_heads={self.num_kv_heads}")
-        if self.rule.name not in ("causal()", "everything()"):
-            options.append(f"mask={self.rule!r}")
-        if self.score_mods:
-            options.append(f"score_mods={list(self.score_mods)}")
-        if self.scale is not None:
-            options.append(f"scale={self.scale:g}")
-        if self.rope_base is not None:
-            options.append(f"rope_base={self.rope_base:g}")
-        return ", ".join(options)
-
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
-        """The fused module that computes exactly what `wrapper` computes
-        ([`convert.from_wrapper`][attention.layer.convert.from_wrapper])."""
+        """The fused module computing what `wrapper` does ([`convert`][attention.layer.convert])."""
         return convert.from_wrapper(cls, wrapper)
