@@ -244,7 +244,7 @@ def test_windowed_layers_cache_at_most_the_window() -> None:
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, num_kv_heads=1)), ValueError, r"has no num_kv_heads=1 of num_heads=2"),
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, scale=2.0)), ValueError, r"scale=2"),
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, mask=prefix_lm(3))), ValueError, r"mask=causal\(\) \| prefix\(3\)"),
-        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, score_mods=[softcap(0.5)])), ValueError, r"score_mods=\['softcap"),
+        (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, score_mods=[softcap(0.5)])), ValueError, r"score_mods=\[softcap"),
         (lambda: to_torch_mha(MultiHeadAttention(8, 8, 4, 0.0, 2, window=2, sink_logit=True)), ValueError, r"mask=window\(2\), sink_logit"),
     ],
 )  # fmt: skip
