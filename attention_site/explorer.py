@@ -183,8 +183,12 @@ def export_model(model: GPTModel, vocab: Sequence[str]) -> tuple[dict[str, Any],
     if len(set(vocab)) != len(vocab) or "" in vocab:
         raise ValueError("vocab must hold distinct, non-empty strings: the browser reads text")
     att = model.blocks[0].att
-    if any(b.att.sink_logits is not None or b.att.rule != att.rule for b in model.blocks):
-        raise ValueError("the browser runs blocks of one visibility rule, without sink logits")
+    for i, block in enumerate(model.blocks):  # the browser's forward: its spec or nothing
+        unsupported = block.att.spec.unsupported(allow=("mask", "rope", "num_kv_heads"))
+        if unsupported or block.att.rule != att.rule:
+            found = unsupported or [f"mask={block.att.rule!r} (block 0: {att.rule!r})"]
+            raise ValueError(f"the browser runs blocks of one mask and no more; block {i} "
+                             f"has {', '.join(found)}")  # fmt: skip
     tensors, chunks, offset = {}, [], 0
     for name, tensor in model.state_dict().items():
         flat = tensor.detach().to("cpu", torch.float32).contiguous().flatten()

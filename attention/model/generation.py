@@ -138,7 +138,9 @@ class _Sampling:
 
     def next_token(self, logits: Tensor) -> Tensor:
         """`(b, vocab)` -> `(b, 1)`: greedy at temperature 0, else a draw."""
-        if self.temperature < torch.finfo(logits.dtype).tiny:  # 0, or too small to divide by
+        # 0, or too small to divide float32 by (the draw's dtype, whatever the model's): the
+        # limit of softmax(z / tau) as tau -> 0 is the argmax, greedy
+        if self.temperature < torch.finfo(torch.float32).tiny:
             return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1): greedy
         # Drawn in float32 whatever the model's dtype, as Hugging Face's generate draws: on
         # CUDA, torch.multinomial's exponential draws depend on the dtype (float64 takes

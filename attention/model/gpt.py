@@ -286,8 +286,8 @@ class GPTModel(nn.Module):
 
         Raises:
             TypeError: ids or a mask of the wrong type, a cache that is not a `KVCache`.
-            ValueError: a bad shape, an id outside the vocabulary, too many tokens, caches
-                that do not fit, or padding in a model with attention sinks.
+            ValueError: a bad shape, an id outside the vocabulary, too many tokens, or caches
+                that do not fit.
         """
         in_idx = check_ids(in_idx, "in_idx", self.vocab_size, device=self.tok_emb.weight.device)
         if in_idx.ndim != 2:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from collections.abc import Callable
 
@@ -360,3 +362,62 @@ def test_more_arguments_are_named(
         return
     with pytest.raises(error, match=match):
         call()
+
+
+def test_the_issue_35_inputs_are_named_or_work() -> None:
+    """A hostile user's inputs from the positions-first issue: each works as it should or is
+    refused by name, and nothing is left half-updated."""
+    import numpy as np
+
+    from attention.layer.fused import sliding_window_attention
+    from attention.layer.masks import causal
+
+    mha = MultiHeadAttention(8, 8, 16, 0.0, num_heads=np.int64(2))  # NumPy's int: an int
+    assert type(mha.num_heads) is int and mha(torch.randn(1, 3, 8)).shape == (1, 3, 8)
+    x = torch.randn(2, 3, 8)
+    for bad, error, match in (
+        (
+            torch.zeros(2, 3, dtype=torch.bool),
+            TypeError,
+            "positions must be integers, got dtype torch.bool",
+        ),
+        (torch.zeros(2, 3, dtype=torch.complex64), TypeError, "positions must be integers"),
+        (torch.tensor([[0, 1, -2], [0, 1, 2]]), ValueError, "positions must be >= 0"),
+    ):
+        with pytest.raises(error, match=match):
+            mha(x, positions=bad)
+    cache = mha.init_cache(2)
+    assert mha(x[:, :0], cache=cache).shape == (2, 0, 8)  # zero tokens: nothing, not a crash
+    out, weights = mha(x[:, :0], cache=cache, need_weights=True)
+    assert out.shape == (2, 0, 8) and weights.shape == (2, 2, 0, 0) and cache.length == 0
+    with pytest.raises(ValueError, match=r"needs a rule that is causal with a bounded reach"):
+        sliding_window_attention(*torch.randn(3, 1, 2, 4, 4).unbind(0), causal())
+    with pytest.raises(AttributeError, match=r"layer.replace\(mask=...\)"):
+        mha.rule = causal()  # type: ignore[misc]
+    with pytest.raises(AttributeError, match=r"layer.replace\(score_mods=...\)"):
+        mha.score_mods = ()  # type: ignore[misc]
+
+
+def test_a_spec_is_swapped_whole_and_a_stale_cache_is_refused() -> None:
+    """The issue's case: `att.rule = everything()` then a cached call ran cached non-causal
+    attention; a swap now re-derives everything and a cache made for the old mask is named."""
+    from attention.layer.masks import Mask, causal, everything, window
+    from attention.layer.softcap import softcap
+
+    mha = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, window=4)
+    ring = mha.init_cache(1)
+    mha.replace(mask=everything())  # a cache now holds another sequence: cross-attention's
+    with pytest.raises(ValueError, match=r"cross-attention call passes key="):
+        mha(torch.randn(1, 2, 8), cache=ring)
+    mha.replace(mask=Mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx))  # no bounds declared
+    with pytest.raises(ValueError, match=r"cache needs a mask that hides the future"):
+        mha(torch.randn(1, 2, 8), cache=ring)
+    mha.replace(mask=causal())
+    with pytest.raises(
+        ValueError, match=r"cache keeps window=4, sinks=0; this module has window=None"
+    ):
+        mha(torch.randn(1, 2, 8), cache=ring)
+    mha.replace(mask=causal() & window(4), score_mods=[softcap(2.0)])
+    assert mha.spec.explicit_only and mha(torch.randn(1, 3, 8), cache=ring).shape == (1, 3, 8)
+    with pytest.raises(ValueError, match=r"num_heads shapes the layer's parameters"):
+        mha.spec = dataclasses.replace(mha.spec, num_heads=4)
