@@ -125,8 +125,16 @@ def _kernel(device: torch.device) -> Callable[..., Any]:
     """FlexAttention compiled once per device type where it is in use; unfused elsewhere."""
     if not _compiled(device):
         return _unfused
-    if device.type not in _KERNELS:
-        _KERNELS[device.type] = torch.compile(_flex().flex_attention, dynamic=False)
+    if device.type not in _KERNELS:  # one graph per shape (dynamic shapes fail to compile
+        # on the CPU, torch 2.13); past dynamo's recompile limit an error, never a silent
+        # fall back to the unfused kernel (the scores materialised)
+        compiled = torch.compile(_flex().flex_attention, dynamic=False)
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+                return compiled(*args, **kwargs)
+
+        _KERNELS[device.type] = kernel
     return _KERNELS[device.type]
 
 

@@ -190,3 +190,26 @@ def test_compiled_flex_on_the_cpu_skips_tiles_and_equals_the_reference(rule: obj
             flex.ON.add("cpu")
             assert_close(got, explicit, atol=2e-5, rtol=2e-5)
             ids[1, 150:] = 1  # refilled in place: the next call's block mask is built again
+
+
+@pytest.mark.heavy(seconds=60)
+def test_a_decode_of_many_steps_compiles_flex_once() -> None:
+    """A prefill through compiled FlexAttention, then 30 decode steps (one query each: SDPA's
+    mask row, never FlexAttention): the prefill's compiles only; and past dynamo's recompile limit
+    the kernel raises instead of falling back to the unfused kernel."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 16, 512, 0.0, 2, window=40).eval()
+    cache = mha.init_cache(1)
+    x = torch.randn(1, 130, 16)
+    before = counters["stats"]["unique_graphs"]
+    with torch.no_grad(), flex.use("cpu"):
+        outs = [mha(x[:, :100], cache=cache)]
+        assert mha.last_plan is not None and mha.last_plan.kind == "flex"
+        prefill = counters["stats"]["unique_graphs"] - before  # the kernel and its block mask
+        outs += [mha(x[:, t : t + 1], cache=cache) for t in range(100, 130)]
+        assert prefill <= 2 and counters["stats"]["unique_graphs"] - before == prefill
+        with torch._dynamo.config.patch(recompile_limit=1), pytest.raises(Exception, match="limit"):
+            mha(x[:, :90])  # another shape, a second graph: past a limit of 1
+    assert_close(torch.cat(outs, dim=1), mha(x), atol=2e-5, rtol=2e-5)
