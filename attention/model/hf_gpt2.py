@@ -54,6 +54,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.checks import check_size, check_tensor
+from attention.layer.masks import causal
 from attention.layer.multihead import MultiHeadAttention
 from attention.model.files import as_device, read_source, uninitialised
 from attention.model.gpt import GPTModel, LayerNorm
@@ -151,8 +152,31 @@ def _write_slot(slot: Slot, value: Tensor) -> None:
             part.copy_(piece)
 
 
+def _what_gpt2_lacks(att: MultiHeadAttention) -> list[str]:
+    """What one attention computes beyond GPT-2's: causal, learned positions, one key/value
+    head per query head, $1/\\sqrt{d_h}$, nothing added to the scores."""
+    rule = att.rule
+    mask = []
+    if rule != causal():
+        window = att.window is not None and rule.bounds.causal
+        named = f"the mask {rule!r} (GPT-2's: causal())"
+        mask = ["a sliding window (window)" if window else named]
+        if att.sinks and window:
+            mask.append("attention sinks (sinks)")
+    return mask + [why for why, bad in [
+        ("rotary positions (rope_base)", att.rope),
+        ("grouped-query attention (n_kv_heads)", att.num_kv_heads != att.num_heads),
+        ("sink logits (sink_logit)", att.sink_logits is not None),
+        (f"score modifiers {list(att.score_mods)}", bool(att.score_mods)),
+        (f"a scale of its own (scale={att.scale})", att.scale is not None)] if bad]  # fmt: skip
+
+
 def gpt2_unsupported(model: GPTModel) -> list[str]:
     """What of `model` Hugging Face's GPT-2 (and the book's layout) cannot hold: empty for GPT-2.
+
+    Each block's attention is asked what it computes (its mask, positions, heads, score
+    modifiers, sink logits, scale); every difference from GPT-2's is named once, in the
+    order first met.
 
     Examples:
         >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
@@ -162,16 +186,12 @@ def gpt2_unsupported(model: GPTModel) -> list[str]:
         >>> gpt2_unsupported(GPTModel({**cfg, "n_kv_heads": 2, "rope_base": 10000.0}))
         ['rotary positions (rope_base)', 'grouped-query attention (n_kv_heads)']
     """
-    reasons = []
-    if model.pos_emb is None:
-        reasons.append("rotary positions (rope_base)")
-    atts: list[MultiHeadAttention] = [block.att for block in model.trf_blocks]  # type: ignore[misc]
-    if any(att.num_kv_heads != att.num_heads for att in atts):
-        reasons.append("grouped-query attention (n_kv_heads)")
-    if any(att.window is not None for att in atts):
-        reasons.append("a sliding window (window)")
-    if any(att.sinks or att.sink_logits is not None for att in atts):
-        reasons.append("attention sinks (sinks)")
+    reasons = [] if model.pos_emb is not None else ["rotary positions (rope_base)"]
+    for block in model.trf_blocks:
+        att = block.att
+        if not isinstance(att, MultiHeadAttention):
+            raise TypeError(f"a block's att must be a MultiHeadAttention, got {type(att).__name__}")
+        reasons += [why for why in _what_gpt2_lacks(att) if why not in reasons]
     return reasons
 
 

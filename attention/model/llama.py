@@ -44,7 +44,6 @@ from attention.layer.masks import Bounds, Mask, from_flags
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.score_mods import ScoreMod
 from attention.layer.softcap import softcap
-from attention.model.files import uninitialised
 from attention.model.llama_config import LlamaLayer, llama_layer
 
 __all__ = ["attention_from_llama", "attention_to_llama", "chunks", "llama_attention_config"]
@@ -197,7 +196,9 @@ def attention_from_llama(
     name, like = next(iter(state.items()))
     like = check_tensor(prefix + name, like, floating=True)
     qkv_bias = spec.bias or "q_proj.bias" in state  # Qwen2: biases on q, k, v only
-    att = uninitialised(lambda: _layer(spec, qkv_bias), like.dtype, like.device)
+    # built for real, not on the meta device: RotaryTable keeps its frequencies in a plain
+    # tensor attribute, which to_empty() would leave on the meta device
+    att = _layer(spec, qkv_bias).to(dtype=like.dtype, device=like.device).eval()
     slots = _llama_slots(att, o_bias="o_proj.bias" in state)
     unknown = sorted(prefix + key for key in state if key not in {s[0] for s in slots})
     missing = [f"{prefix}{key} {shape}" for key, _, shape in slots if key not in state]
