@@ -120,8 +120,10 @@ def load_weights_into_gpt(gpt: GPTModel, params: Mapping[str, Any]) -> None:
         if key is None:
             blocks = params.get("blocks", ())
             n_blocks = len(blocks) if isinstance(blocks, list | tuple) else "no list of them"
-            raise ValueError(f"{_show(path)} is not a weight of this model ({len(gpt.trf_blocks)} "
-                             f"blocks; params has {n_blocks})")  # fmt: skip
+            raise ValueError(
+                f"{_show(path)} is not a weight of this model ({len(gpt.trf_blocks)} "
+                f"blocks; params has {n_blocks})"
+            )
         weights[key], names[key] = _array(value, _show(path)), _show(path)
     names.update({key: _show(path) for path, key in by_path.items() if key not in names})
     load_gpt2(gpt, weights, names)
@@ -132,8 +134,10 @@ def _array(value: object, name: str) -> Tensor:
     try:
         return torch.as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as error:
-        raise TypeError(f"{name} must be an array of numbers (NumPy or torch), got "
-                        f"{type(value).__name__} {value!r:.40}") from error  # fmt: skip
+        raise TypeError(
+            f"{name} must be an array of numbers (NumPy or torch), got "
+            f"{type(value).__name__} {value!r:.40}"
+        ) from error
 
 
 def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:
@@ -156,8 +160,10 @@ def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:
     """  # noqa: E501
     model = check_gpt2(model)
     if not torch.equal(model.out_head.weight, model.tok_emb.weight):
-        raise ValueError("the book's layout ties the output head to wte: "
-                         "model.out_head.weight must equal model.tok_emb.weight")  # fmt: skip
+        raise ValueError(
+            "the book's layout ties the output head to wte: "
+            "model.out_head.weight must equal model.tok_emb.weight"
+        )
     blocks = model.blocks
     params: dict[str, Any] = {"blocks": [{} for _ in blocks]}
     like = model.tok_emb.weight

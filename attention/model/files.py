@@ -62,13 +62,15 @@ def _load_safetensors(path: Path) -> dict[str, Tensor]:
         from safetensors import SafetensorError
         from safetensors.torch import load_file
     except ImportError as error:
-        raise ImportError(f"reading {path.name} needs safetensors: pip install "
-                          "safetensors") from error  # fmt: skip
+        raise ImportError(
+            f"reading {path.name} needs safetensors: pip install safetensors"
+        ) from error
     try:
         return load_file(path)
     except SafetensorError as error:
-        raise ValueError(f"{path} is not a complete safetensors file (truncated or corrupted): "
-                         f"{error}") from error  # fmt: skip
+        raise ValueError(
+            f"{path} is not a complete safetensors file (truncated or corrupted): {error}"
+        ) from error
 
 
 def _load_pickled(path: Path) -> object:
@@ -83,11 +85,15 @@ def _load_pickled(path: Path) -> object:
         found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\. |\n|$)", text)
         reason = found.group(1) if found else text.split(". ")[0].strip() or type(error).__name__
         if "Unsupported global" in text:
-            raise ValueError(f"{path} pickles objects other than tensors ({reason}), which "
-                             "torch.load(weights_only=True) refuses to run: save the model's "
-                             "state_dict(), or safetensors") from error  # fmt: skip
-        raise ValueError(f"{path} is not a PyTorch checkpoint (empty, truncated, corrupted or "
-                         f"another format): {reason}") from error  # fmt: skip
+            raise ValueError(
+                f"{path} pickles objects other than tensors ({reason}), which "
+                "torch.load(weights_only=True) refuses to run: save the model's "
+                "state_dict(), or safetensors"
+            ) from error
+        raise ValueError(
+            f"{path} is not a PyTorch checkpoint (empty, truncated, corrupted or "
+            f"another format): {reason}"
+        ) from error
 
 
 def _read_json(path: Path) -> Any:
@@ -97,8 +103,9 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not a valid JSON file (truncated or corrupted): "
-                         f"{error}") from error  # fmt: skip
+        raise ValueError(
+            f"{path} is not a valid JSON file (truncated or corrupted): {error}"
+        ) from error
 
 
 def _shards(path: Path, index: Path) -> list[Path]:
@@ -110,15 +117,18 @@ def _shards(path: Path, index: Path) -> list[Path]:
         or not weight_map
         or not all(isinstance(shard, str) for shard in weight_map.values())
     ):
-        raise ValueError(f"{index} must hold a JSON object whose weight_map maps tensor names "
-                         f"to shard files, got weight_map={weight_map!r:.80}")  # fmt: skip
+        raise ValueError(
+            f"{index} must hold a JSON object whose weight_map maps tensor names "
+            f"to shard files, got weight_map={weight_map!r:.80}"
+        )
     names = sorted(set(weight_map.values()))
     for name in names:
         if not (path / name).resolve().is_relative_to(path.resolve()):
             raise ValueError(f"{index} names a shard outside {path}: {name!r}")
         if not (path / name).is_file():
-            raise FileNotFoundError(f"{index} names the shard {name!r}, which is not a file "
-                                    f"in {path}")  # fmt: skip
+            raise FileNotFoundError(
+                f"{index} names the shard {name!r}, which is not a file in {path}"
+            )
     return [path / name for name in names]
 
 
@@ -150,8 +160,10 @@ def read_source(source: object) -> tuple[Mapping[str, Any], dict[str, Any] | Non
     if isinstance(source, Mapping):
         return source, None
     if not isinstance(source, str | os.PathLike):
-        raise TypeError(f"source must be a state dict, or the path of a file or directory, "
-                        f"got {type(source).__name__}")  # fmt: skip
+        raise TypeError(
+            f"source must be a state dict, or the path of a file or directory, "
+            f"got {type(source).__name__}"
+        )
     if not os.fspath(source):
         raise ValueError("source must be a state dict or a path, got the empty path ''")
     path = Path(source)
@@ -170,10 +182,13 @@ def as_device(device: object) -> torch.device:
         device(type='cpu')
     """
     if isinstance(device, bool) or not isinstance(device, torch.device | str | int):
-        raise TypeError(f"device must be a torch.device or a string such as 'cpu' or 'cuda:0', "
-                        f"got {device!r} ({type(device).__name__})")  # fmt: skip
+        raise TypeError(
+            f"device must be a torch.device or a string such as 'cpu' or 'cuda:0', "
+            f"got {device!r} ({type(device).__name__})"
+        )
     try:
         return torch.device(device)
     except RuntimeError as error:
-        raise ValueError(f"device must be a device such as 'cpu', 'cuda' or 'cuda:0', got "
-                         f"{device!r}") from error  # fmt: skip
+        raise ValueError(
+            f"device must be a device such as 'cpu', 'cuda' or 'cuda:0', got {device!r}"
+        ) from error

@@ -97,15 +97,19 @@ def _linear_slots(key: str, *linears: nn.Linear, conv: bool = True) -> list[Slot
 
 def _norm_slots(key: str, norm: LayerNorm) -> list[Slot]:
     shape = tuple(norm.scale.shape)
-    return [Slot(f"{key}.weight", (norm.scale,), shape, False),
-            Slot(f"{key}.bias", (norm.shift,), shape, False)]  # fmt: skip
+    return [
+        Slot(f"{key}.weight", (norm.scale,), shape, False),
+        Slot(f"{key}.bias", (norm.shift,), shape, False),
+    ]
 
 
 def gpt2_slots(model: GPTModel) -> list[Slot]:
     """Every tensor of Hugging Face's `GPT2Model`, in its order, and where ours keeps it."""
     assert model.pos_emb is not None  # gpt2_unsupported() was asked first
-    slots = [Slot(f"{name}.weight", (emb.weight,), tuple(emb.weight.shape), False)
-             for name, emb in (("wte", model.tok_emb), ("wpe", model.pos_emb))]  # fmt: skip
+    slots = [
+        Slot(f"{name}.weight", (emb.weight,), tuple(emb.weight.shape), False)
+        for name, emb in (("wte", model.tok_emb), ("wpe", model.pos_emb))
+    ]
     blocks = model.blocks
     for i, block in enumerate(blocks):
         att, h = block.att, f"h.{i}"
@@ -136,8 +140,10 @@ def _checked(slot: Slot, value: object, name: str) -> Tensor:
     if tuple(value.shape) != slot.shape:
         raise ValueError(f"{name}: expected shape {slot.shape}, got {tuple(value.shape)}")
     if any(part is None for part in slot.parts) and bool(value.any()):
-        raise ValueError(f"{name} is not zero, and the model has no query/key/value bias: "
-                         "build it with qkv_bias=True")  # fmt: skip
+        raise ValueError(
+            f"{name} is not zero, and the model has no query/key/value bias: "
+            "build it with qkv_bias=True"
+        )
     return value.t() if slot.conv else value
 
 
@@ -163,12 +169,17 @@ def _what_gpt2_lacks(att: MultiHeadAttention) -> list[str]:
         mask = ["a sliding window (window)" if window else named]
         if att.sinks and window:
             mask.append("attention sinks (sinks)")
-    return mask + [why for why, bad in [
-        ("rotary positions (rope_base)", att.rope),
-        ("grouped-query attention (n_kv_heads)", att.num_kv_heads != att.num_heads),
-        ("sink logits (sink_logit)", att.sink_logits is not None),
-        (f"score modifiers {list(att.score_mods)}", bool(att.score_mods)),
-        (f"a scale of its own (scale={att.scale})", att.scale is not None)] if bad]  # fmt: skip
+    return mask + [
+        why
+        for why, bad in [
+            ("rotary positions (rope_base)", att.rope),
+            ("grouped-query attention (n_kv_heads)", att.num_kv_heads != att.num_heads),
+            ("sink logits (sink_logit)", att.sink_logits is not None),
+            (f"score modifiers {list(att.score_mods)}", bool(att.score_mods)),
+            (f"a scale of its own (scale={att.scale})", att.scale is not None),
+        ]
+        if bad
+    ]
 
 
 def gpt2_unsupported(model: GPTModel) -> list[str]:
@@ -280,8 +291,9 @@ def _gpt2_cfg(weights: Mapping[str, Tensor], n_heads: int) -> dict[str, Any]:
     if not blocks:
         raise ValueError("state dict has no transformer block (h.0.*): not GPT-2's")
     if emb_dim % n_heads:
-        raise ValueError(f"n_heads must divide the width {emb_dim} (wte.weight's columns), "
-                         f"got n_heads={n_heads}")  # fmt: skip
+        raise ValueError(
+            f"n_heads must divide the width {emb_dim} (wte.weight's columns), got n_heads={n_heads}"
+        )
     return {"vocab_size": int(vocab_size), "context_length": int(context_length),
             "emb_dim": int(emb_dim), "n_heads": n_heads, "n_layers": max(blocks) + 1,
             "drop_rate": 0.0, "qkv_bias": True}  # fmt: skip
@@ -292,8 +304,9 @@ def load_gpt2(model: GPTModel, weights: Mapping[str, Tensor], names: Mapping[str
     slots = gpt2_slots(model)
     expected = {slot.key for slot in slots} | {"lm_head.weight"}
     unknown = sorted(names[key] for key in weights if key not in expected)
-    missing = [f"{names.get(slot.key, slot.key)} {slot.shape}" for slot in slots
-               if slot.key not in weights]  # fmt: skip
+    missing = [
+        f"{names.get(slot.key, slot.key)} {slot.shape}" for slot in slots if slot.key not in weights
+    ]
     if unknown or missing:
         raise ValueError(
             "not the weights of this GPT-2: "
@@ -335,8 +348,10 @@ def _check_hf_config(config: Mapping[str, Any]) -> None:
                 "scale_attn_by_inverse_layer_idx": (False,)}  # fmt: skip
     for key, allowed in expected.items():
         if key in config and config[key] not in allowed:
-            raise ValueError(f"config.json has {key}={config[key]!r}; GPT-2 (and GPTModel) "
-                             f"compute with {' or '.join(map(repr, allowed))}")  # fmt: skip
+            raise ValueError(
+                f"config.json has {key}={config[key]!r}; GPT-2 (and GPTModel) "
+                f"compute with {' or '.join(map(repr, allowed))}"
+            )
 
 
 def _check_config_against(config: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
@@ -345,9 +360,11 @@ def _check_config_against(config: Mapping[str, Any], cfg: Mapping[str, Any]) -> 
              "vocab_size": "vocab_size"}  # fmt: skip
     for key, ours in pairs.items():
         if key in config and check_size(f"config.json's {key}", config[key]) != cfg[ours]:
-            raise ValueError(f"config.json says {key}={config[key]!r}, but the weights hold "
-                             f"{cfg[ours]}: a missing or extra tensor, or another model's "
-                             "config")  # fmt: skip
+            raise ValueError(
+                f"config.json says {key}={config[key]!r}, but the weights hold "
+                f"{cfg[ours]}: a missing or extra tensor, or another model's "
+                "config"
+            )
 
 
 def gpt2_from_hf(
@@ -443,13 +460,17 @@ def gpt2_from_pretrained(
         True
     """
     if not isinstance(name, str):
-        raise TypeError(f"name must be a Hub repository such as 'openai-community/gpt2', got "
-                        f"{name!r} ({type(name).__name__})")  # fmt: skip
+        raise TypeError(
+            f"name must be a Hub repository such as 'openai-community/gpt2', got "
+            f"{name!r} ({type(name).__name__})"
+        )
     if not name:
         raise ValueError("name must be a Hub repository such as 'openai-community/gpt2', got ''")
     if revision is not None and not isinstance(revision, str):
-        raise TypeError(f"revision must be a branch, tag or commit (a str), got "
-                        f"{revision!r} ({type(revision).__name__})")  # fmt: skip
+        raise TypeError(
+            f"revision must be a branch, tag or commit (a str), got "
+            f"{revision!r} ({type(revision).__name__})"
+        )
     try:
         from huggingface_hub import snapshot_download
     except ImportError as error:
@@ -458,7 +479,8 @@ def gpt2_from_pretrained(
             "huggingface_hub, or download the files yourself and call gpt2_from_hf(directory)"
         ) from error
     path = snapshot_download(
-        name, revision=revision,
+        name,
+        revision=revision,
         allow_patterns=["config.json", "*.safetensors", "model.safetensors.index.json"],
-    )  # fmt: skip
+    )
     return gpt2_from_hf(path, dtype=dtype, device=device)

@@ -71,9 +71,10 @@ def chunks(c: int) -> Mask:
     return Mask(partial(_same_chunk, c), f"chunks({c})", Bounds(reach=c), f"chunks({c})")
 
 
-def _tuned(floor: float, scale: float, score: Tensor, b: Tensor, h: Tensor, q: Tensor,
-           kv: Tensor) -> Tensor:  # fmt: skip
-    """Llama 4's temperature: $s \\cdot (1 + \text{scale} \\log(1 + \\lfloor (i+1)/\text{floor}
+def _tuned(
+    floor: float, scale: float, score: Tensor, b: Tensor, h: Tensor, q: Tensor, kv: Tensor
+) -> Tensor:
+    r"""Llama 4's temperature: $s \cdot (1 + \text{scale} \log(1 + \lfloor (i+1)/\text{floor}
     \rfloor))$, what multiplying query $i$ by that factor does to its scores."""
     factor = torch.log1p(torch.floor((q.to(torch.float32) + 1.0) / floor)) * scale + 1.0
     return score * factor.to(score.dtype)
@@ -88,10 +89,12 @@ def _score_mods(spec: LlamaLayer) -> list[ScoreMod]:
 
 
 def _halves(rows: Tensor, head_dim: int) -> Tensor:
-    """Rows of interleaved pairs, per head, reordered as halves: $2i \to i$,
+    r"""Rows of interleaved pairs, per head, reordered as halves: $2i \to i$,
     $2i + 1 \to i + d_h/2$ (`(heads * head_dim, ...)` in and out)."""
     heads = rows.shape[0] // head_dim
-    return rows.unflatten(0, (heads, head_dim // 2, 2)).transpose(1, 2).flatten(0, 2)
+    pairs = rows.unflatten(0, (heads, head_dim // 2, 2))  # (heads, d_h/2, 2, ...)
+    halves: Tensor = pairs.transpose(1, 2).flatten(0, 2)  # (heads * d_h, ...)
+    return halves
 
 
 def _llama_slots(
@@ -112,17 +115,26 @@ def _llama_slots(
 def _llama_state(state_dict: object, prefix: object) -> dict[str, Any]:
     """The tensors of `state_dict` under `prefix`, without it (and without RoPE's buffer)."""
     if not isinstance(state_dict, Mapping):
-        raise TypeError(f"state_dict must be a mapping from names to tensors (a module's "
-                        f"state_dict()), got {type(state_dict).__name__}")  # fmt: skip
+        raise TypeError(
+            f"state_dict must be a mapping from names to tensors (a module's "
+            f"state_dict()), got {type(state_dict).__name__}"
+        )
     if not isinstance(prefix, str):
-        raise TypeError(f"prefix must be a str (e.g. 'model.layers.0.self_attn.'), got "
-                        f"{prefix!r} ({type(prefix).__name__})")  # fmt: skip
+        raise TypeError(
+            f"prefix must be a str (e.g. 'model.layers.0.self_attn.'), got "
+            f"{prefix!r} ({type(prefix).__name__})"
+        )
     odd = [key for key in state_dict if not isinstance(key, str)]
     if odd:
-        raise TypeError(f"state_dict's keys must be str (tensor names), got {odd[0]!r} "
-                        f"({type(odd[0]).__name__})")  # fmt: skip
-    state = {k.removeprefix(prefix): v for k, v in state_dict.items()
-             if k.startswith(prefix) and not k.endswith("rotary_emb.inv_freq")}  # fmt: skip
+        raise TypeError(
+            f"state_dict's keys must be str (tensor names), got {odd[0]!r} "
+            f"({type(odd[0]).__name__})"
+        )
+    state = {
+        k.removeprefix(prefix): v
+        for k, v in state_dict.items()
+        if k.startswith(prefix) and not k.endswith("rotary_emb.inv_freq")
+    }
     if not state:
         raise ValueError(f"state_dict has no key that starts with prefix={prefix!r}")
     return state
@@ -203,10 +215,13 @@ def attention_from_llama(
     unknown = sorted(prefix + key for key in state if key not in {s[0] for s in slots})
     missing = [f"{prefix}{key} {shape}" for key, _, shape in slots if key not in state]
     if unknown or missing:
-        raise ValueError(f"not a Llama attention layer of this config: unknown keys {unknown}, "
-                         f"missing keys {missing}")  # fmt: skip
-    values = [check_tensor(prefix + key, state[key], floating=True, like=like)
-              for key, _, _ in slots]  # fmt: skip
+        raise ValueError(
+            f"not a Llama attention layer of this config: unknown keys {unknown}, "
+            f"missing keys {missing}"
+        )
+    values = [
+        check_tensor(prefix + key, state[key], floating=True, like=like) for key, _, _ in slots
+    ]
     with torch.no_grad():
         att.out_proj.bias.zero_()  # Hugging Face's o_proj has none, unless the state has one
         for (key, param, shape), value in zip(slots, values, strict=True):
@@ -223,22 +238,40 @@ def _layer(spec: LlamaLayer, qkv_bias: bool) -> MultiHeadAttention:
     """The `MultiHeadAttention` that computes `spec`: its mask, RoPE, scale and modifiers."""
     mask = None if spec.chunk is None else chunks(spec.chunk)
     return MultiHeadAttention(
-        spec.hidden_size, spec.hidden_size, spec.context_length, spec.dropout, spec.num_heads,
-        qkv_bias, causal=True, num_kv_heads=spec.num_kv_heads, window=spec.window,
-        rope=spec.rope, rope_base=spec.rope_theta, mask=mask, score_mods=_score_mods(spec),
+        spec.hidden_size,
+        spec.hidden_size,
+        spec.context_length,
+        spec.dropout,
+        spec.num_heads,
+        qkv_bias,
+        causal=True,
+        num_kv_heads=spec.num_kv_heads,
+        window=spec.window,
+        rope=spec.rope,
+        rope_base=spec.rope_theta,
+        mask=mask,
+        score_mods=_score_mods(spec),
         scale=spec.scale,
-    )  # fmt: skip
+    )
 
 
 def _check_llama_like(att: object) -> MultiHeadAttention:
     if not isinstance(att, MultiHeadAttention):
         raise TypeError(f"att must be a MultiHeadAttention, got {type(att).__name__}")
-    reasons = [why for why, bad in [
-        ("not causal", not att.causal), ("no RoPE (rope=False)", not att.rope),
-        ("attention sinks (sinks)", att.sinks > 0), ("sink logits", att.sink_logits is not None),
-        ("score modifiers", bool(att.score_mods)), (f"scale={att.scale}", att.scale is not None),
-        (f"mask {att.rule!r}", att.rule != from_flags(True, att.window, 0)),
-        (f"d_in={att.d_in} != d_out={att.d_out}", att.d_in != att.d_out)] if bad]  # fmt: skip
+    reasons = [
+        why
+        for why, bad in [
+            ("not causal", not att.causal),
+            ("no RoPE (rope=False)", not att.rope),
+            ("attention sinks (sinks)", att.sinks > 0),
+            ("sink logits", att.sink_logits is not None),
+            ("score modifiers", bool(att.score_mods)),
+            (f"scale={att.scale}", att.scale is not None),
+            (f"mask {att.rule!r}", att.rule != from_flags(True, att.window, 0)),
+            (f"d_in={att.d_in} != d_out={att.d_out}", att.d_in != att.d_out),
+        ]
+        if bad
+    ]
     if reasons:
         raise ValueError(
             "a Llama/Mistral attention layer is causal, rotates with RoPE, has no sinks and "
@@ -273,11 +306,16 @@ def attention_to_llama(att: MultiHeadAttention) -> dict[str, Tensor]:
     att = _check_llama_like(att)
     qkv_bias = att.W_query.bias is not None
     if not qkv_bias and bool(att.out_proj.bias.any()):
-        raise ValueError("att.out_proj.bias is not zero, but without qkv_bias the layer has "
-                         "attention_bias=False: Hugging Face's o_proj has no bias")  # fmt: skip
+        raise ValueError(
+            "att.out_proj.bias is not zero, but without qkv_bias the layer has "
+            "attention_bias=False: Hugging Face's o_proj has no bias"
+        )
     slots = _llama_slots(att, o_bias=qkv_bias)  # attention_bias: all four have one
-    return {key: param.detach().clone(memory_format=torch.contiguous_format)
-            for key, param, _ in slots if param is not None}  # fmt: skip
+    return {
+        key: param.detach().clone(memory_format=torch.contiguous_format)
+        for key, param, _ in slots
+        if param is not None
+    }
 
 
 def llama_attention_config(att: MultiHeadAttention) -> dict[str, Any]:

@@ -6,12 +6,12 @@ reads the last kind into a [`LlamaLayer`][attention.model.llama_config.LlamaLaye
 layer, and refuses what it cannot read, so that a layer is never loaded computing something
 else than the checkpoint's. The rule, key by key of the config:
 
-1. **Read**: the attention settings this module understands (`_READ`): the sizes, RoPE's base
+1. **Read**: the attention settings this module understands (`READ`): the sizes, RoPE's base
    (default scaling only), bias and dropout, `sliding_window` and `layer_types` (full,
    sliding or chunked attention per layer), `no_rope_layers` (SmolLM3's and Llama 4's NoPE
    layers: `1` rotates, `0` does not), Gemma 2's and Granite's scale, Gemma 2's soft cap and
    Llama 4's temperature tuning of its NoPE layers.
-2. **Elsewhere**: settings of the rest of the model (`_ELSEWHERE`: embeddings, tokens and
+2. **Elsewhere**: settings of the rest of the model (`ELSEWHERE`: embeddings, tokens and
    output, the feed-forward and its experts, the norms, the config's own bookkeeping),
    listed by concern: they do not change what an attention layer computes.
 3. **Anything else** is refused, naming it, when it is *on* (not None nor False) and its name
@@ -25,7 +25,7 @@ One fact no setting states: whether a family rotates **interleaved pairs**
 $(x_{2i}, x_{2i+1})$ (Meta's original layout, kept by Helium, Ernie 4.5, Cohere and
 Llama 4) or **halves** $(x_i, x_{i + d_h/2})$ (Hugging Face's Llama layout). That is written
 in each family's modeling file, so it is read from `model_type`, by a table of the families
-whose files were read (`_ROTATE_HALF`, `_INTERLEAVED`); a config without `model_type` (a
+whose files were read (`ROTATE_HALF`, `INTERLEAVED`); a config without `model_type` (a
 plain dict) means Llama's, and any other `model_type` is refused.
 
 Examples:
@@ -49,20 +49,34 @@ from typing import Any, NamedTuple
 
 from attention.checks import check_dropout, check_flag, check_positive, check_size
 
-__all__ = ["LlamaLayer", "llama_layer"]
+__all__ = [
+    "ATTENTION_WORDS",
+    "ELSEWHERE",
+    "INTERLEAVED",
+    "READ",
+    "ROTATE_HALF",
+    "LlamaLayer",
+    "llama_layer",
+]
 
-_READ = frozenset({
-    "model_type", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-    "num_hidden_layers", "max_position_embeddings", "attention_bias", "use_bias",
-    "attention_dropout", "rope_parameters", "rope_scaling", "rope_theta",
-    "partial_rotary_factor", "sliding_window", "use_sliding_window", "max_window_layers",
-    "layer_types", "attention_chunk_size", "no_rope_layers", "no_rope_layer_interval",
-    "attention_multiplier", "query_pre_attn_scalar", "attn_logit_softcapping",
-    "attn_temperature_tuning", "floor_scale", "attn_scale",
-})  # fmt: skip
-"""The attention settings `llama_layer` reads."""
+READ = {
+    "sizes": {
+        "model_type", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+        "num_hidden_layers", "max_position_embeddings"},
+    "projections": {"attention_bias", "use_bias", "attention_dropout"},
+    "positions": {
+        "rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor",
+        "no_rope_layers", "no_rope_layer_interval"},
+    "mask": {
+        "sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
+        "attention_chunk_size"},
+    "scores": {
+        "attention_multiplier", "query_pre_attn_scalar", "attn_logit_softcapping",
+        "attn_temperature_tuning", "floor_scale", "attn_scale"},
+}  # fmt: skip
+"""The attention settings `llama_layer` reads, by what they set."""
 
-_ELSEWHERE = {
+ELSEWHERE = {
     "embeddings, tokens and output": {
         "vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "tie_word_embeddings",
         "embedding_multiplier", "logits_scaling", "logit_scale", "final_logit_softcapping",
@@ -81,18 +95,18 @@ _ELSEWHERE = {
 }  # fmt: skip
 """Settings of the rest of the model, by concern: never an attention layer's."""
 
-_ATTENTION_WORDS = re.compile(
+ATTENTION_WORDS = re.compile(
     r"att|head|rope|rotary|position|qk|query|key|value|kv|window|chunk|scal|softcap|"
     r"temperature|sink|causal|bidirectional|clip|mask|alibi"
 )
 """An unknown setting whose name has one of these words concerns attention."""
 
-_ROTATE_HALF = frozenset({
+ROTATE_HALF = frozenset({
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "granite", "smollm3",
     "olmo", "olmo2", "starcoder2", "phi3"})  # fmt: skip
 """Families whose modeling file rotates halves, as `MultiHeadAttention` does."""
 
-_INTERLEAVED = frozenset({"helium", "ernie4_5", "ernie4_5_moe", "cohere", "llama4_text"})
+INTERLEAVED = frozenset({"helium", "ernie4_5", "ernie4_5_moe", "cohere", "llama4_text"})
 """Families whose modeling file rotates interleaved pairs: their q/k rows are permuted."""
 
 
@@ -121,8 +135,10 @@ def _rope_theta(config: Mapping[str, Any]) -> float:
     key = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
     rope = config.get(key) or {}
     if not isinstance(rope, Mapping):
-        raise TypeError(f"config's {key} must be a dict (rope_type, rope_theta, ...), got "
-                        f"{rope!r:.60} ({type(rope).__name__})")  # fmt: skip
+        raise TypeError(
+            f"config's {key} must be a dict (rope_type, rope_theta, ...), got "
+            f"{rope!r:.60} ({type(rope).__name__})"
+        )
     kind = rope.get("rope_type", rope.get("type", "default"))
     if kind != "default":
         raise ValueError(
@@ -134,8 +150,11 @@ def _rope_theta(config: Mapping[str, Any]) -> float:
             f"config rotates part of each head (partial_rotary_factor={partial!r}): "
             "MultiHeadAttention rotates all of it"
         )
-    name, theta = ((f"config's {key}['rope_theta']", rope["rope_theta"]) if "rope_theta" in rope
-                   else ("config's rope_theta", config.get("rope_theta", 10000.0)))  # fmt: skip
+    name, theta = (
+        (f"config's {key}['rope_theta']", rope["rope_theta"])
+        if "rope_theta" in rope
+        else ("config's rope_theta", config.get("rope_theta", 10000.0))
+    )
     if isinstance(theta, bool) or not isinstance(theta, int | float) or not 1 < theta < math.inf:
         raise ValueError(f"{name} must be a finite number > 1 (RoPE's base), got {theta!r}")
     return float(theta)
@@ -159,11 +178,12 @@ def _config_dict(config: object) -> tuple[Mapping[str, Any], str]:
 
 def _refuse_unread(config: Mapping[str, Any], name: str) -> None:
     """Refuse every attention setting that is on and that this module does not read."""
-    elsewhere = set().union(*_ELSEWHERE.values())
+    known = set().union(*READ.values(), *ELSEWHERE.values())
     unread = [
-        f"{key}={value!r:.40}" for key, value in config.items()
-        if not str(key).startswith("_") and key not in _READ and key not in elsewhere
-        and value is not None and value is not False and _ATTENTION_WORDS.search(str(key))
+        f"{key}={value!r:.40}"
+        for key, value in config.items()
+        if not str(key).startswith("_") and key not in known  # "_...": transformers' own
+        and value is not None and value is not False and ATTENTION_WORDS.search(str(key))
     ]  # fmt: skip
     if unread:
         raise ValueError(
@@ -175,14 +195,14 @@ def _refuse_unread(config: Mapping[str, Any], name: str) -> None:
 def _interleaved(config: Mapping[str, Any]) -> bool:
     """Whether the family rotates interleaved pairs (True) or halves (False)."""
     kind = config.get("model_type")
-    if kind is None or kind in _ROTATE_HALF:
+    if kind is None or kind in ROTATE_HALF:
         return False
-    if kind in _INTERLEAVED:
+    if kind in INTERLEAVED:
         return True
     raise ValueError(
         f"config's model_type={kind!r} is none of the families whose RoPE layout is known "
-        f"(halves: {', '.join(sorted(_ROTATE_HALF))}; interleaved pairs: "
-        f"{', '.join(sorted(_INTERLEAVED))}): its modeling code, not its settings, says how "
+        f"(halves: {', '.join(sorted(ROTATE_HALF))}; interleaved pairs: "
+        f"{', '.join(sorted(INTERLEAVED))}): its modeling code, not its settings, says how "
         "it rotates, and may differ in more (Cohere 2's full layers have no RoPE)"
     )
 
@@ -198,18 +218,24 @@ def _layer_types(config: Mapping[str, Any]) -> list[str] | None:
     types = config.get("layer_types")
     if types:
         if not isinstance(types, list | tuple) or not all(isinstance(t, str) for t in types):
-            raise TypeError(f"config's layer_types must be a list of strings, one per layer "
-                            f"('full_attention', ...), got {types!r:.60}")  # fmt: skip
+            raise TypeError(
+                f"config's layer_types must be a list of strings, one per layer "
+                f"('full_attention', ...), got {types!r:.60}"
+            )
         return list(types)
     if config.get("model_type") == "gemma2" and config.get("sliding_window") is not None:
-        return ["sliding_attention" if i % 2 == 0 else "full_attention"
-                for i in range(_num_layers(config))]  # fmt: skip
+        return [
+            "sliding_attention" if i % 2 == 0 else "full_attention"
+            for i in range(_num_layers(config))
+        ]
     if "max_window_layers" not in config:
         return None
     windowed = bool(config.get("use_sliding_window")) and config.get("sliding_window") is not None
     first = check_size("max_window_layers", config["max_window_layers"], minimum=0)
-    return ["sliding_attention" if windowed and i >= first else "full_attention"
-            for i in range(_num_layers(config))]  # fmt: skip
+    return [
+        "sliding_attention" if windowed and i >= first else "full_attention"
+        for i in range(_num_layers(config))
+    ]
 
 
 def _rope_layers(config: Mapping[str, Any]) -> list[int] | None:
@@ -223,8 +249,10 @@ def _rope_layers(config: Mapping[str, Any]) -> list[int] | None:
     if not flags:
         return None
     if not isinstance(flags, list | tuple) or any(f not in (0, 1) for f in flags):
-        raise TypeError(f"config's no_rope_layers must be a list of 1 (RoPE) and 0 (none), one "
-                        f"per layer, got {flags!r:.60}")  # fmt: skip
+        raise TypeError(
+            f"config's no_rope_layers must be a list of 1 (RoPE) and 0 (none), one "
+            f"per layer, got {flags!r:.60}"
+        )
     return [int(f) for f in flags]
 
 
@@ -236,8 +264,11 @@ def _pick(config: Mapping[str, Any], layer: int | None) -> tuple[str, int]:
         return "global", 1
     if layer is None:
         if any(len(set(values)) > 1 for values in per_layer):
-            differ = [f"{key}: {sorted(set(values))}" for key, values in
-                      (("layer_types", types), ("no_rope_layers", ropes)) if values]  # fmt: skip
+            differ = [
+                f"{key}: {sorted(set(values), key=str)}"
+                for key, values in (("layer_types", types), ("no_rope_layers", ropes))
+                if values
+            ]
             raise ValueError(
                 f"config's layers attend differently ({'; '.join(differ)}): pass layer=, the "
                 "layer's index"
@@ -245,8 +276,7 @@ def _pick(config: Mapping[str, Any], layer: int | None) -> tuple[str, int]:
         layer = 0
     count = min(len(values) for values in per_layer)
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < count:
-        raise ValueError(f"layer must be an index into the config's {count} layers, got "
-                         f"{layer!r}")  # fmt: skip
+        raise ValueError(f"layer must be an index into the config's {count} layers, got {layer!r}")
     return (types[layer] if types else "full_attention"), (ropes[layer] if ropes else 1)
 
 
@@ -260,8 +290,10 @@ def _mask(config: Mapping[str, Any], kind: str) -> tuple[int | None, int | None]
     if kind == "chunked_attention":
         return None, check_size("attention_chunk_size", config.get("attention_chunk_size"))
     if kind != "full_attention":
-        raise ValueError(f"the layer is {kind!r}: only full_attention, sliding_attention and "
-                         "chunked_attention are supported")  # fmt: skip
+        raise ValueError(
+            f"the layer is {kind!r}: only full_attention, sliding_attention and "
+            "chunked_attention are supported"
+        )
     return None, None
 
 
@@ -291,8 +323,10 @@ def _temperature(config: Mapping[str, Any], rope: int) -> tuple[float, float] | 
     floor = _positive(config, "floor_scale")
     scale = config.get("attn_scale")
     if floor is None or isinstance(scale, bool) or not isinstance(scale, int | float):
-        raise ValueError(f"config's attn_temperature_tuning needs floor_scale and attn_scale "
-                         f"numbers, got {floor!r} and {scale!r}")  # fmt: skip
+        raise ValueError(
+            f"config's attn_temperature_tuning needs floor_scale and attn_scale "
+            f"numbers, got {floor!r} and {scale!r}"
+        )
     return floor, float(scale)
 
 
@@ -310,9 +344,11 @@ def _heads(config: Mapping[str, Any]) -> tuple[int, int, int, int]:
     kv_heads = config.get("num_key_value_heads")
     kv_heads = heads if kv_heads is None else check_size("num_key_value_heads", kv_heads)
     if heads % kv_heads:
-        raise ValueError(f"config's num_key_value_heads={kv_heads} must divide "
-                         f"num_attention_heads={heads} (a group of query heads per key/value "
-                         "head)")  # fmt: skip
+        raise ValueError(
+            f"config's num_key_value_heads={kv_heads} must divide "
+            f"num_attention_heads={heads} (a group of query heads per key/value "
+            "head)"
+        )
     return hidden, heads, kv_heads, head_dim
 
 
@@ -320,14 +356,19 @@ def _context(config: Mapping[str, Any], context_length: int | None) -> int:
     context = config.get("max_position_embeddings") if context_length is None else context_length
     if context is None:
         raise ValueError("config has no max_position_embeddings: pass context_length")
-    return check_size("context_length" if context_length is not None
-                      else "config's max_position_embeddings", context)  # fmt: skip
+    return check_size(
+        "context_length" if context_length is not None else "config's max_position_embeddings",
+        context,
+    )
 
 
 def _bias(config: Mapping[str, Any]) -> bool:
     """`attention_bias` (Llama's), or `use_bias` (Ernie 4.5's): the projections' biases."""
-    flags = [check_flag(f"config's {key}", config[key]) for key in ("attention_bias", "use_bias")
-             if config.get(key) is not None]  # fmt: skip
+    flags = [
+        check_flag(f"config's {key}", config[key])
+        for key in ("attention_bias", "use_bias")
+        if config.get(key) is not None
+    ]
     return any(flags)
 
 
@@ -356,9 +397,19 @@ def llama_layer(
     window, chunk = _mask(config, kind)
     dropout = config.get("attention_dropout")
     return LlamaLayer(
-        hidden, heads, kv_heads, head_dim, bool(rope), _rope_theta(config),
-        _interleaved(config), window, chunk, _bias(config), context,
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        bool(rope),
+        _rope_theta(config),
+        _interleaved(config),
+        window,
+        chunk,
+        _bias(config),
+        context,
         0.0 if dropout is None else check_dropout(dropout, "config's attention_dropout"),
-        _scale(config, head_dim), _positive(config, "attn_logit_softcapping"),
+        _scale(config, head_dim),
+        _positive(config, "attn_logit_softcapping"),
         _temperature(config, rope),
-    )  # fmt: skip
+    )
