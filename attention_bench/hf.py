@@ -4,7 +4,7 @@
 positions, every head its own keys and values, no window) into a `GPT2LMHeadModel` that
 computes the same logits, so the generation benchmark times both libraries on the same
 weights. The names and layouts are those of
-[`attention.model.checkpoints`][attention.model.checkpoints] (one mapping, read both ways); this
+[`attention.model.hf_gpt2`][attention.model.hf_gpt2] (one mapping, read both ways); this
 module builds the Hugging Face model around them. `transformers` is the `bench` extra (`pip
 install -e '.[bench]'`); this module imports it only when called.
 
@@ -24,9 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from attention.layer.multihead import MultiHeadAttention
-from attention.model.checkpoints import gpt2_to_hf
-from attention.model.checkpoints import gpt2_unsupported as unsupported
 from attention.model.gpt import GPTModel
+from attention.model.hf_gpt2 import gpt2_to_hf
+from attention.model.hf_gpt2 import gpt2_unsupported as unsupported
 
 if TYPE_CHECKING:
     from transformers import GPT2LMHeadModel
@@ -85,7 +85,7 @@ def version() -> str:
 def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
     """A `transformers.GPT2LMHeadModel` with `model`'s weights: the same logits, its own code.
 
-    The weights are [`gpt2_to_hf`][attention.model.checkpoints.gpt2_to_hf]'s: token and position
+    The weights are [`gpt2_to_hf`][attention.model.hf_gpt2.gpt2_to_hf]'s: token and position
     embeddings to `wte` and `wpe`; per block `norm1`/`norm2` to `ln_1`/`ln_2`, `W_query`,
     `W_key`, `W_value` concatenated into `c_attn` (zero bias without `qkv_bias`), `out_proj`
     to `attn.c_proj`, the feed-forward's two layers to `mlp.c_fc` and `mlp.c_proj`;
@@ -123,7 +123,7 @@ def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
     hf = GPT2LMHeadModel(config)
     nn.Module.to(hf, weight.device, weight.dtype)  # HF's own `to` is typed for its classes only
     nn.Module.eval(hf)
-    hf.load_state_dict(state)  # strict: every tensor, by attention.model.checkpoints' one mapping
+    hf.load_state_dict(state)  # strict: every tensor, by attention.model.hf_gpt2's one mapping
     return hf
 
 

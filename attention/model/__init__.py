@@ -7,9 +7,17 @@
   streaming.
 - [`attention.model.decode`][attention.model.decode]: decode steps with static shapes, which
   one CUDA graph holds (`generate`'s default on CUDA).
-- [`attention.model.checkpoints`][attention.model.checkpoints]: weights in and out: Hugging
-  Face's GPT-2 (a state dict, a file, a directory), the book's chapter-5 layout, one Llama,
-  Mistral, Qwen2, Gemma 2 or Granite attention layer.
+- [`attention.model.files`][attention.model.files]: checkpoint files: safetensors, pickled
+  state dicts, sharded `save_pretrained` directories.
+- [`attention.model.hf_gpt2`][attention.model.hf_gpt2]: Hugging Face's GPT-2 in and out (a
+  state dict, a file, a directory).
+- [`attention.model.book_weights`][attention.model.book_weights]: the book's chapter-5 layout
+  of GPT-2's weights.
+- [`attention.model.llama_config`][attention.model.llama_config]: what one attention layer of a
+  Llama-family config computes, every setting read or refused.
+- [`attention.model.llama`][attention.model.llama]: one Llama, Mistral, Qwen2, Gemma 2,
+  Granite, SmolLM3, Helium, Ernie 4.5, Cohere or Llama 4 attention layer in and out.
+- [`attention.model.checkpoints`][attention.model.checkpoints]: all of the above by one import.
 - [`attention.model.shapes`][attention.model.shapes]: published models' shapes, for the cache
   and parameter arithmetic.
 """

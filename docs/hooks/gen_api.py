@@ -40,11 +40,19 @@ def document(full: str, nav: Nav, nav_key: tuple[str, ...], index: list[str],
     index.append(f"| [`{full}`]({full}.md) | {summary(module)} |")
     nav[nav_key] = f"{full}.md"
     page = f"::: {full}\n    options:\n      heading_level: 1\n"
-    if hasattr(module, "__path__"):  # a floor: its docstring lists its modules
+    if hasattr(module, "__path__") or gathers_only(module):  # its docstring lists the modules
         page += "      members: false\n"
     pages[f"api/{full}.md"] = page
     for name in modules(module) if hasattr(module, "__path__") else []:
         document(f"{full}.{name}", nav, (*nav_key, f"{full}.{name}"), index, pages)
+
+
+def gathers_only(module: ModuleType) -> bool:
+    """Whether a module only re-exports functions and classes of other modules (as
+    `attention.model.checkpoints` does): its page is its docstring, their docs stay on theirs."""
+    exported = [getattr(module, name) for name in getattr(module, "__all__", ())]
+    defined = [obj for obj in exported if callable(obj) and hasattr(obj, "__module__")]
+    return bool(defined) and all(obj.__module__ != module.__name__ for obj in defined)
 
 
 def summary(module: ModuleType) -> str:

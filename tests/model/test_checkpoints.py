@@ -913,8 +913,9 @@ def test_a_qwen2_config_json_without_layer_types() -> None:
 
 @pytest.mark.parametrize(
     ("setting", "named"),
-    [({"clip_qkv": 8.0}, r"OLMo's clip_qkv"), ({"model_type": "cohere"}, r"Cohere's interleaved RoPE"),
-     ({"use_qk_norm": True}, r"a norm on the queries and keys"),
+    [({"clip_qkv": 8.0}, r"config sets clip_qkv=8\.0, which attention_from_llama does not apply"),
+     ({"model_type": "cohere2"}, r"model_type='cohere2' is none of the families whose RoPE"),
+     ({"use_qk_norm": True}, r"config sets use_qk_norm=True, which attention_from_llama does"),
      ({"attn_logit_softcapping": -1.0}, r"attn_logit_softcapping must be a finite number > 0"),
      ({"attention_multiplier": 0.5, "query_pre_attn_scalar": 16}, r"both attention_multiplier")],
 )  # fmt: skip
