@@ -41,9 +41,11 @@ def layer_mask(causal: bool | None, window: int | None, sinks: int, mask: object
     if mask is None:
         return from_flags(True if causal is None else causal, window, sinks)
     if window is not None or sinks:
-        raise ValueError(f"pass mask= or window=/sinks=, not both: got mask={mask!r:.60}, "
-                         f"window={window}, sinks={sinks} (write window(w) | sinks(k) into "
-                         "the mask)")  # fmt: skip
+        raise ValueError(
+            f"pass mask= or window=/sinks=, not both: got mask={mask!r:.60}, "
+            f"window={window}, sinks={sinks} (write window(w) | sinks(k) into "
+            "the mask)"
+        )
     rule = as_mask(mask)
     if causal is False and rule.bounds.causal:
         raise ValueError(f"causal=False, but mask={rule!r} hides the future: drop causal=")
@@ -67,7 +69,8 @@ def check_sizes(
     names = ("d_in", "d_out", "context_length", "num_heads", "num_kv_heads")
     values = (d_in, d_out, context_length, num_heads, num_kv_heads)
     d_in, d_out, context_length, num_heads, num_kv_heads = (
-        check_size(name, value) for name, value in zip(names, values, strict=True))  # fmt: skip
+        check_size(name, value) for name, value in zip(names, values, strict=True)
+    )
     if d_out % num_heads != 0:
         raise ValueError(
             f"d_out must be divisible by num_heads: got d_out={d_out}, num_heads={num_heads}"
@@ -86,8 +89,10 @@ def check_memory(
     """Check cross-attention's `key` or `value`: `(batch, num_keys, width)`, like the module."""
     t = check_tensor(name, t, ndim=3, floating=True, like=like)
     if t.shape[0] != batch or t.shape[2] != width:
-        raise ValueError(f"{name} must have shape (batch, num_keys, {width_name}) = ({batch}, "
-                         f"num_keys, {width}), got {tuple(t.shape)}")  # fmt: skip
+        raise ValueError(
+            f"{name} must have shape (batch, num_keys, {width_name}) = ({batch}, "
+            f"num_keys, {width}), got {tuple(t.shape)}"
+        )
     return t
 
 
@@ -131,23 +136,33 @@ def check_rows(
         if pos.is_floating_point() or pos.is_complex() or pos.dtype == torch.bool:
             raise TypeError(f"positions must be integers, got dtype {pos.dtype}")
         if pos.shape != (batch, num_tokens) or pos.device != device:
-            raise ValueError(f"positions must be integers of shape (batch, num_tokens) = "
-                             f"({batch}, {num_tokens}) on {device}, got {tuple(pos.shape)} on "
-                             f"{pos.device}")  # fmt: skip
+            raise ValueError(
+                f"positions must be integers of shape (batch, num_tokens) = "
+                f"({batch}, {num_tokens}) on {device}, got {tuple(pos.shape)} on "
+                f"{pos.device}"
+            )
         if readable(pos) and pos.numel() and int(pos.min()) < 0:
-            raise ValueError(f"positions must be >= 0 (padding is key_padding_mask's), got "
-                             f"{int(pos.min())}")  # fmt: skip
+            raise ValueError(
+                f"positions must be >= 0 (padding is key_padding_mask's), got {int(pos.min())}"
+            )
 
 
 def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool) -> None:
     """RoPE's `(cos, sin)`: two tensors of `head_dim` columns, one per query position."""
     ok = type(angles) is tuple and len(angles) == 2 and rope
     cos = angles[0] if ok else None  # type: ignore[index]
-    if not (ok and isinstance(cos, Tensor) and isinstance(angles[1], Tensor)  # type: ignore[index]
-            and cos.shape[-1] == head_dim and cos.shape[-2] == num_tokens):  # fmt: skip
-        raise ValueError(f"angles must be RoPE's (cos, sin) for {num_tokens} positions and "
-                         f"head_dim={head_dim}, in a module with rope=True (rope={rope}); got "
-                         f"{type(angles).__name__}")  # fmt: skip
+    if not (
+        ok
+        and isinstance(cos, Tensor)
+        and isinstance(angles[1], Tensor)  # type: ignore[index]
+        and cos.shape[-1] == head_dim
+        and cos.shape[-2] == num_tokens
+    ):
+        raise ValueError(
+            f"angles must be RoPE's (cos, sin) for {num_tokens} positions and "
+            f"head_dim={head_dim}, in a module with rope=True (rope={rope}); got "
+            f"{type(angles).__name__}"
+        )
 
 
 def check_cache(
@@ -162,7 +177,8 @@ def check_cache(
             f"cache needs a mask that hides the future, at least after a prefix; this "
             f"module's mask {rule!r} does not certainly (causal=False, or a mask_mod without "
             "bounds: pass causal=True with it, or use causal() & mask): a later token would "
-            "change what the cached ones attended to")  # fmt: skip
+            "change what the cached ones attended to"
+        )
     keys = cache.keys
     made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
     if made != (layer.num_kv_heads, layer.head_dim, like.dtype, like.device):
@@ -172,11 +188,14 @@ def check_cache(
             f"{layer.head_dim}, {like.dtype} on {like.device}: use its init_cache"
         )
     if cache.ring and (cache.window, cache.sinks) != (layer.window, layer.sinks):
-        raise ValueError(f"cache keeps window={cache.window}, sinks={cache.sinks}; this module "
-                         f"has window={layer.window}, sinks={layer.sinks}")  # fmt: skip
+        raise ValueError(
+            f"cache keeps window={cache.window}, sinks={cache.sinks}; this module "
+            f"has window={layer.window}, sinks={layer.sinks}"
+        )
     if batch_size != cache.batch_size:
-        raise ValueError(f"cache was made for batch_size={cache.batch_size}, got a batch of "
-                         f"{batch_size}")  # fmt: skip
+        raise ValueError(
+            f"cache was made for batch_size={cache.batch_size}, got a batch of {batch_size}"
+        )
     limit = cache.max_tokens
     if limit is not None and cache.length + num_tokens > limit:
         raise ValueError(
@@ -192,9 +211,11 @@ def check_prefill(rule: Mask, q: Tokens) -> None:
     assert prefix
     held = q.n if q.start == 0 else int(q.pos.amax(dim=1).min()) + 1 if readable(q.pos) else prefix
     if held < prefix:
-        raise ValueError(f"mask {rule!r} lets its first {prefix} positions see each other: "
-                         f"the first call with a cache must hold that whole prefix in every "
-                         f"row; a row holds positions up to {held - 1}")  # fmt: skip
+        raise ValueError(
+            f"mask {rule!r} lets its first {prefix} positions see each other: "
+            f"the first call with a cache must hold that whole prefix in every "
+            f"row; a row holds positions up to {held - 1}"
+        )
 
 
 def check_prefix(rule: Mask, cache: KVCache, num_tokens: int) -> None:
@@ -208,6 +229,8 @@ def check_prefix(rule: Mask, cache: KVCache, num_tokens: int) -> None:
             "prompt in one call)"
         )
     if prefix and 0 < cache.length < prefix:
-        raise ValueError(f"mask {rule!r}: the cache holds {cache.length} tokens, fewer than "
-                         f"its prefix of {prefix}; reset it and give the prompt in one "
-                         "call")  # fmt: skip
+        raise ValueError(
+            f"mask {rule!r}: the cache holds {cache.length} tokens, fewer than "
+            f"its prefix of {prefix}; reset it and give the prompt in one "
+            "call"
+        )

@@ -105,8 +105,11 @@ class KVCache:
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        for name, value in (("batch_size", batch_size), ("num_kv_heads", num_kv_heads),
-                            ("head_dim", head_dim)):  # fmt: skip
+        for name, value in (
+            ("batch_size", batch_size),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+        ):
             check_size(name, value)
         check_size("sinks", sinks, minimum=0)
         if window is not None:
@@ -233,10 +236,11 @@ class KVCache:
                 else tokens.pos.new_zeros(pos.shape[0], tokens.n)
             )
             docs = torch.cat((self.documents[:, :used], chunk), dim=1)
-        return (torch.cat((self.keys[:, :, :used], keys), dim=2),
-                torch.cat((self.values[:, :, :used], values), dim=2),
-                Tokens(keys.shape[0], pos.shape[1], keys.device, given=pos,
-                       docs=docs))  # fmt: skip
+        return (
+            torch.cat((self.keys[:, :, :used], keys), dim=2),
+            torch.cat((self.values[:, :, :used], values), dim=2),
+            Tokens(keys.shape[0], pos.shape[1], keys.device, given=pos, docs=docs),
+        )
 
     def _write_slice(self, slot: int, keys: Tensor, values: Tensor) -> None:
         """Every row's chunk at slots `slot ...`: the contiguous case, one copy per tensor."""
@@ -292,8 +296,9 @@ class KVCache:
         if isinstance(position, int):
             k = self.sinks
             return position if position < k else k + (position - k) % self.window
-        return torch.where(position < self.sinks, position,
-                           self.sinks + (position - self.sinks) % self.window)  # fmt: skip
+        return torch.where(
+            position < self.sinks, position, self.sinks + (position - self.sinks) % self.window
+        )
 
     def __repr__(self) -> str:
         b, h_kv, _, d_h = self.keys.shape

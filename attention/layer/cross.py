@@ -68,8 +68,9 @@ def attend(
         context_vec, attn_weights = _explicit(layer, queries, keys, values, seen)
     else:
         dropout_p = layer.dropout.p if layer.training else 0.0
-        context_vec = cross_attention(queries, keys, values, key_pos, dropout_p=dropout_p,
-                                      scale=layer.scale)  # fmt: skip
+        context_vec = cross_attention(
+            queries, keys, values, key_pos, dropout_p=dropout_p, scale=layer.scale
+        )
         attn_weights = None
     context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, layer.d_out)  # (b, T, d_out)
     return layer.out_proj(context_vec), attn_weights
@@ -77,9 +78,11 @@ def attend(
 
 def refuse_self_attention(layer: MultiHeadAttention) -> None:
     """A layer of other key and value widths than `d_in` attends to another sequence only."""
-    raise ValueError(f"this module projects keys from kdim={layer.kdim} and values from "
-                     f"vdim={layer.vdim} wide inputs: pass key= (and value=), the sequence to "
-                     "attend to")  # fmt: skip
+    raise ValueError(
+        f"this module projects keys from kdim={layer.kdim} and values from "
+        f"vdim={layer.vdim} wide inputs: pass key= (and value=), the sequence to "
+        "attend to"
+    )
 
 
 def check(
@@ -93,8 +96,10 @@ def check(
 ) -> None:
     """Raise an error naming the argument unless cross-attention can run on these."""
     if any(v is not None for v in self_only.values()):
-        raise ValueError("document_ids pack one sequence's documents (positions and angles "
-                         "place its tokens): not for cross-attention (key given)")  # fmt: skip
+        raise ValueError(
+            "document_ids pack one sequence's documents (positions and angles "
+            "place its tokens): not for cross-attention (key given)"
+        )
     plain = layer.rule.bounds.everything and not layer.score_mods
     if layer.causal or layer.rope or layer.sink_logits is not None or not plain:
         raise ValueError(
@@ -108,24 +113,30 @@ def check(
         _check_cache(layer, cache, batch, key)
     if key is None:
         if value is not None or key_padding_mask is not None:
-            raise ValueError("value and key_padding_mask come with key (without key, the "
-                             "cache's keys, values and padding are read)")  # fmt: skip
+            raise ValueError(
+                "value and key_padding_mask come with key (without key, the "
+                "cache's keys, values and padding are read)"
+            )
         return
     w = layer.W_key.weight
     k = check_memory("key", key, layer.kdim, "kdim", batch, w)
     if value is None and layer.vdim != layer.kdim:
-        raise ValueError(f"value defaults to key, but values are projected from "
-                         f"vdim={layer.vdim} and keys from kdim={layer.kdim}: pass "
-                         "value=")  # fmt: skip
+        raise ValueError(
+            f"value defaults to key, but values are projected from "
+            f"vdim={layer.vdim} and keys from kdim={layer.kdim}: pass "
+            "value="
+        )
     v = k if value is None else check_memory("value", value, layer.vdim, "vdim", batch, w)
     if v.shape[1] != k.shape[1]:
-        raise ValueError(f"key and value must have one length (num_keys), got "
-                         f"{k.shape[1]} and {v.shape[1]}")  # fmt: skip
+        raise ValueError(
+            f"key and value must have one length (num_keys), got {k.shape[1]} and {v.shape[1]}"
+        )
     if key_padding_mask is not None:
         check_padding_mask(key_padding_mask, batch, k.shape[1], k.device)
     if isinstance(cache, KVCache) and not 0 < k.shape[1] <= cache.slots:
-        raise ValueError(f"cache holds 1 to {cache.slots} keys (max_tokens), got key "
-                         f"with {k.shape[1]}")  # fmt: skip
+        raise ValueError(
+            f"cache holds 1 to {cache.slots} keys (max_tokens), got key with {k.shape[1]}"
+        )
 
 
 def _check_cache(layer: MultiHeadAttention, cache: object, batch: int, key: object) -> None:
@@ -134,17 +145,23 @@ def _check_cache(layer: MultiHeadAttention, cache: object, batch: int, key: obje
     weight, keys = layer.W_key.weight, cache.keys
     made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
     if made != (layer.num_kv_heads, layer.head_dim, weight.dtype, weight.device):
-        raise ValueError(f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, "
-                         f"{made[2]} on {made[3]}: use this module's init_cache")  # fmt: skip
+        raise ValueError(
+            f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, "
+            f"{made[2]} on {made[3]}: use this module's init_cache"
+        )
     if batch != cache.batch_size:
-        raise ValueError(f"cache was made for batch_size={cache.batch_size}, got a batch "
-                         f"of {batch}")  # fmt: skip
+        raise ValueError(
+            f"cache was made for batch_size={cache.batch_size}, got a batch of {batch}"
+        )
     if key is not None and cache.length:
-        raise ValueError(f"cache already holds {cache.length} keys of the other sequence: "
-                         "call without key to read them, or reset it first")  # fmt: skip
+        raise ValueError(
+            f"cache already holds {cache.length} keys of the other sequence: "
+            "call without key to read them, or reset it first"
+        )
     if key is None and not cache.length:
-        raise ValueError("cache is empty: the first cross-attention call passes key= (and "
-                         "value=) to fill it")  # fmt: skip
+        raise ValueError(
+            "cache is empty: the first cross-attention call passes key= (and value=) to fill it"
+        )
 
 
 def _memory(
@@ -183,5 +200,4 @@ def _explicit(
     group = layer.num_heads // layer.num_kv_heads
     keys = keys.repeat_interleave(group, dim=1)  # (b, h, S, d_h)
     values = values.repeat_interleave(group, dim=1)
-    return explicit_attention(queries, keys, values, seen, dropout=layer.dropout,
-                              scale=layer.scale)  # fmt: skip
+    return explicit_attention(queries, keys, values, seen, dropout=layer.dropout, scale=layer.scale)

@@ -169,8 +169,13 @@ def _positional(key: object) -> bool:
     """Whether a mask's key is a built-in of positions only (same for every row and head)."""
     if isinstance(key, str):
         return True
-    return (isinstance(key, tuple) and len(key) == 3 and key[0] in ("&", "|")
-            and _positional(key[1]) and _positional(key[2]))  # fmt: skip
+    return (
+        isinstance(key, tuple)
+        and len(key) == 3
+        and key[0] in ("&", "|")
+        and _positional(key[1])
+        and _positional(key[2])
+    )
 
 
 def block_mask(rule: Mask, q: Tokens, k: Tokens, num_heads: int) -> Any:
@@ -186,14 +191,30 @@ def block_mask(rule: Mask, q: Tokens, k: Tokens, num_heads: int) -> Any:
     positional = _positional(rule.key)
     heads = None if positional else num_heads
     tensors = tuple(t for t in (q.given, k.given, q.docs, k.docs) if t is not None)
-    key = (rule.key, q.start, k.start, q.n, k.n, q.batch, heads, str(q.device),
-           tuple((id(t), t._version) for t in tensors))  # fmt: skip
+    key = (
+        rule.key,
+        q.start,
+        k.start,
+        q.n,
+        k.n,
+        q.batch,
+        heads,
+        str(q.device),
+        tuple((id(t), t._version) for t in tensors),
+    )
     kept = _BLOCK_MASKS.get(key) if positional else None
     if kept is not None and all(ref() is t for ref, t in zip(kept[0], tensors, strict=True)):
         _BLOCK_MASKS.move_to_end(key)
         return kept[1]
-    made = _flex().create_block_mask(_mask_mod(rule, q, k), q.batch, heads, q.n, k.n,
-                                     device=q.device, _compile=_compiled(q.device))  # fmt: skip
+    made = _flex().create_block_mask(
+        _mask_mod(rule, q, k),
+        q.batch,
+        heads,
+        q.n,
+        k.n,
+        device=q.device,
+        _compile=_compiled(q.device),
+    )
     if positional:
         _BLOCK_MASKS[key] = (tuple(weakref.ref(t) for t in tensors), made)
         while len(_BLOCK_MASKS) > KEEP:
@@ -261,9 +282,15 @@ def attend(
     mask = block_mask(rule, q, k, h)
     aux = None if sink_logits is None else _flex().AuxRequest(lse=True)  # only a sink needs it
     out = _kernel(queries.device)(
-        queries, keys, values, score_mod=_score_mod(score_mods, q, k), block_mask=mask,
-        scale=scale, enable_gqa=h != keys.shape[1], return_aux=aux,
-    )  # fmt: skip
+        queries,
+        keys,
+        values,
+        score_mod=_score_mod(score_mods, q, k),
+        block_mask=mask,
+        scale=scale,
+        enable_gqa=h != keys.shape[1],
+        return_aux=aux,
+    )
     if sink_logits is None:  # a query that sees nothing: FlexAttention's output is zeros
         context_vec: Tensor = out
         return context_vec

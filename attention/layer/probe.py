@@ -32,8 +32,11 @@ def probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, x: Tensor)
     for i, mod in enumerate(score_mods):
         name = f"score_mods[{i}] ({mod.name})"
         out = _call(name, mod.fn, (score, b, h, q, kv), score.shape, exact=True)
-        bias = None if mod.bias is None else _call(f"{name}'s bias", mod.bias, (b, h, q, kv),
-                                                   score.shape)  # fmt: skip
+        bias = (
+            None
+            if mod.bias is None
+            else _call(f"{name}'s bias", mod.bias, (b, h, q, kv), score.shape)
+        )
         if device.type == "meta":
             continue
         if bool(out.isnan()[seen.expand_as(out)].any()):
@@ -43,8 +46,9 @@ def probe(rule: Mask, score_mods: Sequence[ScoreMod], num_heads: int, x: Tensor)
             (score + bias.to(score.dtype)).masked_fill(~seen, 0),
             atol=1e-5,
         ):
-            raise ValueError(f"{name}: its bias is not fn(score) - score, as an additive form "
-                             "must be")  # fmt: skip
+            raise ValueError(
+                f"{name}: its bias is not fn(score) - score, as an additive form must be"
+            )
 
 
 def _call(
@@ -56,8 +60,9 @@ def _call(
         out = fn(*args)
     except Exception as error:
         shapes = ", ".join(str(tuple(a.shape)) for a in args)
-        raise TypeError(f"{name} failed on tensors of shapes {shapes}: "
-                        f"{type(error).__name__}: {error}") from error  # fmt: skip
+        raise TypeError(
+            f"{name} failed on tensors of shapes {shapes}: {type(error).__name__}: {error}"
+        ) from error
     if not isinstance(out, Tensor) or not out.is_floating_point():
         kind = out.dtype if isinstance(out, Tensor) else type(out).__name__
         raise TypeError(f"{name} must return floating-point scores, got {kind}")
@@ -65,7 +70,9 @@ def _call(
         if (out.shape != shape) if exact else torch.broadcast_shapes(out.shape, shape) != shape:
             raise RuntimeError
     except RuntimeError:
-        raise ValueError(f"{name} must return the scores' shape {tuple(shape)}"
-                         f"{'' if exact else ' (or one that broadcasts to it)'}, got "
-                         f"{tuple(out.shape)}") from None  # fmt: skip
+        raise ValueError(
+            f"{name} must return the scores' shape {tuple(shape)}"
+            f"{'' if exact else ' (or one that broadcasts to it)'}, got "
+            f"{tuple(out.shape)}"
+        ) from None
     return out

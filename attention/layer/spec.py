@@ -104,8 +104,9 @@ class AttentionSpec:
         for name in _FIXED:
             if getattr(new, name) != getattr(self, name):
                 was, got = getattr(self, name), getattr(new, name)
-                raise ValueError(f"{name} shapes the layer's parameters: it stays {was!r}, "
-                                 f"got {got!r}")  # fmt: skip
+                raise ValueError(
+                    f"{name} shapes the layer's parameters: it stays {was!r}, got {got!r}"
+                )
         return new
 
     @property
@@ -173,8 +174,11 @@ class Specified:
         self._unprobed = True  # a new mask or modifier is tried at the next call
         bounds = new.mask.bounds  # what each call reads, derived here from the one spec
         self._prefix, self._cross = bounds.prefix, bounds.everything
-        self._layout = None if bounds.prefix is None else (
-            self.num_kv_heads, self.head_dim, bounds.reach or None, bounds.anchor)  # fmt: skip
+        self._layout = (
+            None
+            if bounds.prefix is None
+            else (self.num_kv_heads, self.head_dim, bounds.reach or None, bounds.anchor)
+        )
         self._options: Options | None = None  # made at the next call
 
     @property
@@ -206,8 +210,10 @@ class Specified:
         return self
 
     def _read_only(self, name: str) -> None:
-        raise AttributeError(f"Specified.{name} is part of its spec: swap the whole "
-                             f"spec with layer.replace({name}=...)")  # fmt: skip
+        raise AttributeError(
+            f"Specified.{name} is part of its spec: swap the whole "
+            f"spec with layer.replace({name}=...)"
+        )
 
     @property
     def rule(self) -> Mask:
@@ -325,9 +331,16 @@ class Specified:
                     f"max_tokens={max_tokens} is longer than context_length={self.context_length}"
                 )
         weight = self.W_key.weight
-        cache = KVCache(batch_size, max_tokens, self.num_kv_heads, self.head_dim,
-                        window=window, sinks=self.sinks, device=weight.device,
-                        dtype=weight.dtype)  # fmt: skip
+        cache = KVCache(
+            batch_size,
+            max_tokens,
+            self.num_kv_heads,
+            self.head_dim,
+            window=window,
+            sinks=self.sinks,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         cache.layout = self.layout
         return cache
 
