@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functio
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["bars", "heatmap", "lines", "mask", "row", "source", "svg"]
+__all__ = ["bars", "heatmap", "lines", "mask", "phone_px", "row", "source", "svg"]
 
 MAX_HEATMAP_SIDE = 64
 """The most rows or columns [`heatmap`][attention_site.plot.heatmap] draws, one labelled cell
@@ -57,6 +57,10 @@ labels upright: slanted at 45 degrees, each would run into the next."""
 
 _PHONE_PX = 358
 """The CSS px a phone's column gives a figure (390 px, less the page's margins)."""
+
+_LINES_SIZE = (5.0, 3.6)
+"""A line chart's size in inches: on a phone, scaled to its column, the 11 pt ticks and labels
+stay at about 11 px and the 10 pt legend at 10 (`phone_px`); on a laptop, 480 px wide."""
 
 _VALUE_PX = 9.0
 """The smallest size, in CSS px, at which a heatmap writes the weights in its cells on a phone:
@@ -422,7 +426,7 @@ def lines(
     logx: bool = False,
     logy: bool = False,
     styles: Mapping[str, Mapping[str, Any]] | None = None,
-    legend: str = "best",
+    legend: str = "below",
     integer_x: bool = False,
     ymin: float | None = None,
 ) -> Figure:
@@ -439,8 +443,8 @@ def lines(
         styles: name -> matplotlib line properties (`color`, `marker`, `linestyle`, ...) for
             the series it names, so that one series looks the same in every figure; the
             others take the colour cycle, with circles.
-        legend: where the legend goes (matplotlib's `loc`), or `"below"`: under the axes,
-            off the data.
+        legend: where the legend goes: `"below"` (the default), under the axes, off the data
+            and as wide as the chart, or matplotlib's `loc` inside the axes.
         integer_x: ticks on whole numbers only, for an x that counts (layers, blocks).
         ymin: where the y axis starts (0 for sizes and norms, so that their ratios read
             true), instead of just below the lowest value.
@@ -468,7 +472,7 @@ def lines(
     if ymin is not None and not math.isfinite(_numbers("ymin", [ymin])[0]):
         raise ValueError(f"ymin must be a finite number, got {ymin!r}")
     with _rc_context():
-        fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+        fig = Figure(figsize=_LINES_SIZE, layout="constrained")
         ax = fig.add_subplot()
         for name, ys in series.items():
             style = {"marker": "o", **(styles or {}).get(name, {})}
@@ -480,10 +484,10 @@ def lines(
         if title is not None:
             ax.set_title(title)
         if series and legend == "below":
-            fig.legend(loc="outside lower center", ncols=min(3, len(series)))
+            fig.legend(loc="outside lower center", ncols=min(2, len(series)), fontsize=10)
         elif series:
-            ax.legend(loc=legend)  # type: ignore[call-overload]
-    setattr(fig, _LINES_ATTR, True)  # on a phone it keeps a legible width (extra.css)
+            ax.legend(loc=legend, fontsize=10)  # type: ignore[call-overload]
+    setattr(fig, _LINES_ATTR, True)  # data-lines in its SVG
     return fig
 
 
@@ -741,3 +745,21 @@ def _cell(
         patch.set_gid(gid)
         tooltips[gid] = tip
     ax.add_patch(patch)
+
+
+def phone_px(fig: Figure, width_px: float = _PHONE_PX) -> float:
+    """The smallest text of `fig` as a phone shows it, in CSS px: each visible text's size
+    (1 pt = 4/3 px), scaled down as the page scales the SVG (`svg`: the tight bounding box, plus
+    its 0.1 inch pad) to a column `width_px` wide; never scaled up.
+
+    Examples:
+        >>> phone_px(lines([1, 2], {"a": [1.0, 2.0]}, xlabel="x", ylabel="y")) >= 9
+        True
+    """
+    from matplotlib.text import Text
+
+    box = fig.get_tightbbox()
+    scale = min(1.0, width_px / (96 * (box.width + 0.2)))  # 96 CSS px per inch
+    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    sizes = [float(t.get_fontsize()) for t in shown if t.get_window_extent().width > 0]
+    return float(4 / 3 * min(sizes, default=math.inf) * scale)
