@@ -30,6 +30,7 @@ import itertools
 import math
 import re
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -481,10 +482,12 @@ def lines(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        if title is not None:
-            ax.set_title(title)
-        if series and legend == "below":
-            fig.legend(loc="outside lower center", ncols=min(2, len(series)), fontsize=10)
+        if title is not None:  # wrapped to the chart's width: a wider title would widen it
+            ax.set_title("\n".join(textwrap.fill(line, 46) for line in title.split("\n")))
+        if series and legend == "below":  # two columns where two names fit side by side
+            pairs = max(map(len, series)) <= 24
+            fig.legend(loc="outside lower center", ncols=min(2 if pairs else 1, len(series)),
+                       fontsize=10)  # fmt: skip
         elif series:
             ax.legend(loc=legend, fontsize=10)  # type: ignore[call-overload]
     setattr(fig, _LINES_ATTR, True)  # data-lines in its SVG
