@@ -270,17 +270,17 @@ def attention_flow(queries: Tensor, keys: Tensor, values: Tensor,
     with torch.no_grad():
         scores = attention_scores(queries, keys)
         context_vec, weights = explicit_attention(queries, keys, values, mask)
-    board = _Board(5.4, 2.55, "from queries, keys and values to context vectors")
+    board = _Board(4.6, 2.55, "from queries, keys and values to context vectors")  # a phone's
     q = board.box(0.55, 2.0, f"Q\n{_shape(queries)}")
     k = board.box(0.55, 1.25, f"K\n{_shape(keys)}")
     v = board.box(0.55, 0.55, f"V\n{_shape(values)}")
-    omega = board.box(1.95, 1.62, f"ω = Q Kᵀ\n{_shape(scores)}")
-    alpha = board.box(3.65, 1.62, f"α\n{_shape(weights)}")
-    z = board.box(4.8, 1.62, f"Z = α V\n{_shape(context_vec)}")
+    omega = board.box(1.8, 1.62, f"ω = Q Kᵀ\n{_shape(scores)}")
+    alpha = board.box(3.25, 1.62, f"α\n{_shape(weights)}")
+    z = board.box(4.1, 1.62, f"Z = α V\n{_shape(context_vec)}")
     board.arrow(q, omega)
     board.arrow(k, omega)
     step = f"÷ √d_k (d_k = {keys.shape[-1]}){'' if mask is None else ', + M'}\nsoftmax per row"
-    board.arrow(omega, alpha, step, at=(0.0, 0.4), size=8.5)
+    board.arrow(omega, alpha, step, at=(0.0, 0.5), size=9.5)
     board.arrow(alpha, z)
     board.arrow(v, z, bend="angle,angleA=0,angleB=90,rad=0")
     return board.done("each row of α sums to 1: row i of Z mixes the rows of V")

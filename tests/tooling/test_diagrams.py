@@ -26,8 +26,7 @@ SVG_NS = "{http://www.w3.org/2000/svg}"
 PHONE_COLUMN_PX = 358  # a 390 px wide phone, less the page's side padding
 # Diagrams whose smallest text a phone still shows between 7 and 9 px (issue 36): every other
 # one shows 9 px or more. Take a name off when its diagram is redrawn for the phone.
-STILL_SMALL = {"attention_flow", "encoder_decoder", "kv_cache", "transformer_block",
-               "gqa_groups", "ring_buffer"}  # fmt: skip
+STILL_SMALL = {"encoder_decoder", "kv_cache", "transformer_block", "gqa_groups", "ring_buffer"}
 
 
 def texts(fig: Figure) -> list[str]:
