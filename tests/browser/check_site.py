@@ -401,8 +401,6 @@ STILL_SMALL = (
     "a window's cache",
     "query heads and the key/value heads they read",
     "a transformer block",
-    "attention weights of the query",  # bars: the values over the bars
-    "Key/value cache of one",
 )
 
 
