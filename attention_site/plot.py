@@ -59,8 +59,9 @@ labels upright: slanted at 45 degrees, each would run into the next."""
 _PHONE_PX = 358
 """The CSS px a phone's column gives a figure (390 px, less the page's margins)."""
 
-_LINES_SIZE = (5.0, 3.6)
-"""A line chart's size in inches: on a phone, scaled to its column, the 11 pt ticks and labels
+_LINES_SIZE = (5.0, 3.2)
+"""A line chart's size in inches, before its legend's rows below it (0.2 each) and its title's
+lines after the first (0.25 each): on a phone, scaled to its column, the 11 pt ticks and labels
 stay at about 11 px and the 10 pt legend at 10 (`phone_px`); on a laptop, 480 px wide."""
 
 _VALUE_PX = 9.0
@@ -472,8 +473,14 @@ def lines(
             raise ValueError(f"expected {len(x)} values in series {name!r}, got {len(ys)}")
     if ymin is not None and not math.isfinite(_numbers("ymin", [ymin])[0]):
         raise ValueError(f"ymin must be a finite number, got {ymin!r}")
+    # wrapped to the chart's width (a wider title would widen it); a legend below in two
+    # columns where two names fit side by side; the figure taller by the lines they add
+    title = None if title is None else "\n".join(textwrap.fill(t, 46) for t in title.split("\n"))
+    ncols = min(2 if max(map(len, series), default=0) <= 24 else 1, len(series)) or 1
+    below = -(-len(series) // ncols) if legend == "below" else 0  # the legend's rows
+    height = _LINES_SIZE[1] + 0.2 * below + 0.25 * (title or "").count("\n")
     with _rc_context():
-        fig = Figure(figsize=_LINES_SIZE, layout="constrained")
+        fig = Figure(figsize=(_LINES_SIZE[0], height), layout="constrained")
         ax = fig.add_subplot()
         for name, ys in series.items():
             style = {"marker": "o", **(styles or {}).get(name, {})}
@@ -482,12 +489,10 @@ def lines(
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        if title is not None:  # wrapped to the chart's width: a wider title would widen it
-            ax.set_title("\n".join(textwrap.fill(line, 46) for line in title.split("\n")))
-        if series and legend == "below":  # two columns where two names fit side by side
-            pairs = max(map(len, series)) <= 24
-            fig.legend(loc="outside lower center", ncols=min(2 if pairs else 1, len(series)),
-                       fontsize=10)  # fmt: skip
+        if title is not None:
+            ax.set_title(title)
+        if series and legend == "below":
+            fig.legend(loc="outside lower center", ncols=ncols, fontsize=10)
         elif series:
             ax.legend(loc=legend, fontsize=10)  # type: ignore[call-overload]
     setattr(fig, _LINES_ATTR, True)  # data-lines in its SVG
