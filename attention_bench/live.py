@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from attention_bench.implementations import REFERENCE, Shape
-from attention_bench.measuring import Timing, milliseconds
+from attention_bench.measuring import Timing
 from attention_bench.results import select
 
 __all__ = ["compare_table", "live_conditions", "live_verdict"]
@@ -24,6 +24,23 @@ def _range_ms(summary: Mapping[str, float]) -> str:
     q1, q3 = 1e3 * summary["q1_s"], 1e3 * summary["q3_s"]
     digits = 0 if q1 >= 100 else 1
     return f"{q1:.{digits}f}-{q3:.{digits}f} ms"
+
+
+def _medians_ms(seconds: list[float]) -> list[str]:
+    """The medians of one table in milliseconds, all to the same decimals: one below 100 ms (as
+    the quartiles), more until medians that differ print differently (at most three).
+
+    Examples:
+        >>> _medians_ms([0.0142, 0.0138, 0.0141])
+        ['14.2 ms', '13.8 ms', '14.1 ms']
+        >>> _medians_ms([0.01412, 0.01408]), _medians_ms([0.25, 0.125])
+        (['14.12 ms', '14.08 ms'], ['250 ms', '125 ms'])
+    """
+    ms = [1e3 * s for s in seconds]
+    digits = 0 if min(ms, default=0.0) >= 100 else 1
+    while digits < 3 and len({f"{m:.{digits}f}" for m in ms}) < len({round(m, 3) for m in ms}):
+        digits += 1
+    return [f"{m:.{digits}f} ms" for m in ms]
 
 
 def _stored_rows(
@@ -65,12 +82,13 @@ def compare_table(
     summaries = {name: t.summary() for name, t in timings.items()}
     ref_s = summaries.get(REFERENCE, next(iter(summaries.values())))["median_s"]
     rows = _stored_rows(stored, shape, mode)
-    lines = [f"{'':>18}  {'median':>7}  {'quartiles':>12}  {'rounds':>6}  {'/ ref':>5}  stored"]
-    for name, summary in summaries.items():
+    medians = _medians_ms([summary["median_s"] for summary in summaries.values()])
+    lines = [f"{'':>18}  {'median':>8}  {'quartiles':>12}  {'rounds':>6}  {'/ ref':>5}  stored"]
+    for (name, summary), median in zip(summaries.items(), medians, strict=True):
         row, ref_row = rows.get(name), rows.get(REFERENCE)
         was = f"{row['median_s'] / ref_row['median_s']:.2f}x" if row and ref_row else "-"
         lines.append(
-            f"{name:>18}  {milliseconds(summary['median_s']):>7}  {_range_ms(summary):>12}  "
+            f"{name:>18}  {median:>8}  {_range_ms(summary):>12}  "
             f"{summary['runs']:>6}  {summary['median_s'] / ref_s:4.2f}x  {was:>6}"
         )
     return "\n".join(lines)

@@ -98,8 +98,8 @@ class _Board:
         self.text(x, y, label, size)
         return patch
 
-    def chain(self, x: float, y: float, labels: Sequence[str], size: float = 9) -> None:
-        """Boxes left to right from `x`, each with an arrow to the next."""
+    def chain(self, x: float, y: float, labels: Sequence[str], size: float = 9) -> list[Patch]:
+        """Boxes left to right from `x`, each with an arrow to the next; returns the boxes."""
         boxes = []
         for label in labels:
             w = _width(label, size)
@@ -107,6 +107,7 @@ class _Board:
             x += w + 0.3
         for a, b in itertools.pairwise(boxes):
             self.arrow(a, b)
+        return boxes
 
     def arrow(self, a: Patch | _Point, b: Patch | _Point, label: str = "", *,
               at: _Point = (0.0, 0.14), bend: str = "arc3", style: str = "-|>",
@@ -223,12 +224,12 @@ def qkv(x: Tensor, W_query: Tensor | nn.Linear, W_key: Tensor | nn.Linear,
     """
     check_tensor("x", x, ndim=(2, 3), floating=True)
     d_in, wide = x.shape[-1], x.ndim == 3
-    board = _Board(5.4 if wide else 5.2, 2.7, "queries, keys and values: three projections of X")
+    board = _Board(4.8 if wide else 4.7, 2.7, "queries, keys and values: three projections of X")
     source = board.box(0.55, 1.4, f"X\n{_shape(x)}")
     widths = []
-    rows = (("W_query", "q", "Q", W_query, "what each token asks"),
-            ("W_key", "k", "K", W_key, "what each token offers"),
-            ("W_value", "v", "V", W_value, "what each token hands over"))  # fmt: skip
+    rows = (("W_query", "q", "Q", W_query, "what each token\nasks"),
+            ("W_key", "k", "K", W_key, "what each token\noffers"),
+            ("W_value", "v", "V", W_value, "what each token\nhands over"))  # fmt: skip
     for (name, sym, big, W, role), y in zip(rows, (2.15, 1.4, 0.65), strict=True):
         matrix = _matrix(name, W, d_in)
         with torch.no_grad():
@@ -238,10 +239,10 @@ def qkv(x: Tensor, W_query: Tensor | nn.Linear, W_key: Tensor | nn.Linear,
         result = board.box(3.05, y, f"{big}\n{_shape(out)}", w=0.95 if wide else 0.72)
         board.arrow(source, weight)
         board.arrow(weight, result)
-        board.text(3.65 if wide else 3.55, y, role, ha="left")
+        board.text(3.65 if wide else 3.55, y, role, ha="left", size=9.5)  # two lines: a phone
     batch = f"b = {x.shape[0]} · " if wide else ""
     return board.done(f"{batch}T = {x.shape[-2]} tokens · d_in = {d_in} · d_q = {widths[0]} · "
-                      f"d_k = {widths[1]} · d_v = {widths[2]}")  # fmt: skip
+                      f"d_k = {widths[1]} · d_v = {widths[2]}", size=9.5)  # fmt: skip
 
 
 def attention_flow(queries: Tensor, keys: Tensor, values: Tensor,
@@ -269,17 +270,17 @@ def attention_flow(queries: Tensor, keys: Tensor, values: Tensor,
     with torch.no_grad():
         scores = attention_scores(queries, keys)
         context_vec, weights = explicit_attention(queries, keys, values, mask)
-    board = _Board(5.4, 2.55, "from queries, keys and values to context vectors")
+    board = _Board(4.6, 2.55, "from queries, keys and values to context vectors")  # a phone's
     q = board.box(0.55, 2.0, f"Q\n{_shape(queries)}")
     k = board.box(0.55, 1.25, f"K\n{_shape(keys)}")
     v = board.box(0.55, 0.55, f"V\n{_shape(values)}")
-    omega = board.box(1.95, 1.62, f"ω = Q Kᵀ\n{_shape(scores)}")
-    alpha = board.box(3.65, 1.62, f"α\n{_shape(weights)}")
-    z = board.box(4.8, 1.62, f"Z = α V\n{_shape(context_vec)}")
+    omega = board.box(1.8, 1.62, f"ω = Q Kᵀ\n{_shape(scores)}")
+    alpha = board.box(3.25, 1.62, f"α\n{_shape(weights)}")
+    z = board.box(4.1, 1.62, f"Z = α V\n{_shape(context_vec)}")
     board.arrow(q, omega)
     board.arrow(k, omega)
     step = f"÷ √d_k (d_k = {keys.shape[-1]}){'' if mask is None else ', + M'}\nsoftmax per row"
-    board.arrow(omega, alpha, step, at=(0.0, 0.4), size=8.5)
+    board.arrow(omega, alpha, step, at=(0.0, 0.5), size=9.5)
     board.arrow(alpha, z)
     board.arrow(v, z, bend="angle,angleA=0,angleB=90,rad=0")
     return board.done("each row of α sums to 1: row i of Z mixes the rows of V")
@@ -322,9 +323,9 @@ def mask_grid(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
         raise ValueError(f"tokens must be {n_k} labels (one per key), got {tokens!r:.60}")
     labels, hidden = _literal(labels), (~mask).cpu().tolist()
     cell = min(0.36, 2.6 / n_k)
-    left, top = 1.1, 0.5 + n_q * cell
+    left, top = 1.1, 0.95 + n_q * cell  # the legend under the grid: a phone's width (4 in)
     right = left + n_k * cell
-    board = _Board(right + 2.0, top + 0.8, "causal mask: which keys each query sees")
+    board = _Board(max(right + 0.6, 3.9), top + 0.8, "causal mask: which keys each query sees")
     board.cells(left, top, n_q, n_k, lambda i, j: _FAINT_INK if hidden[i][j] else _SEEN, cell)
     for i in range(n_q):
         y = top - (i + 0.5) * cell
@@ -337,7 +338,8 @@ def mask_grid(mask: Tensor, tokens: Sequence[str] | None = None) -> Figure:
                    va="bottom", rotation_mode="anchor")  # fmt: skip
     board.text(left - 0.08, top + 0.12, "query ↓  key →", ha="right", va="bottom")
     board.text(right + 0.12, top + 0.12, "sees", ha="left", va="bottom")
-    board.legend(right + 0.65, top - 0.2, [(_SEEN, "sees: M = 0"), (_FAINT_INK, "hidden: M = −∞")])
+    board.legend(0.1, 0.62, [(_SEEN, "sees: M = 0"), (_FAINT_INK, "hidden: M = −∞")], dx=1.5,
+                 dy=0.0, size=9)  # fmt: skip
     return board.done(f"mask {_shape(mask)} · α = softmax(ω / √d_k + M), and e^(−∞) = 0")
 
 
@@ -359,13 +361,14 @@ def _split_grids(board: _Board, top: float, size: tuple[int, int, int], k: int,
     for t in range(rows):  # the view: token t's d_out numbers as h rows of d_h
         y = top - t * (heads * c + gap)
         board.cells(x_b, y, heads, cols, lambda i, j: _HEADS[i], c)
-        board.text(x_b - 0.06, y - heads * c / 2, f"token {t}", size=7.5, ha="right")
-        board.text(x_a - 0.06, top - (t + 0.5) * c, str(t), size=7.5, ha="right")
+        board.text(x_b - 0.06, y - heads * c / 2, f"token {t}", ha="right")
+    for t in sorted({0, rows - 1}):  # the first and the last row: 9 pt is taller than a cell
+        board.text(x_a - 0.06, top - (t + 0.5) * c, str(t), ha="right")
     _outline(board, x_b, top - k * (heads * c + gap), cols * c, heads * c)
     for head in range(heads):  # the transpose: row `head` of every token's block
         y = top - head * (rows * c + 0.14)
         board.cells(x_c, y, rows, cols, _HEADS[head], c)
-        board.text(x_c + cols * c + 0.08, y - rows * c / 2, f"head {head}", ha="left", size=8.5)
+        board.text(x_c + cols * c + 0.08, y - rows * c / 2, f"head {head}", ha="left")
         _outline(board, x_c, y - k * c, cols * c, c)
         source = (x_b + cols * c, top - k * (heads * c + gap) - (head + 0.5) * c)
         board.ax.plot([source[0], x_c], [source[1], y - (k + 0.5) * c], color=_HEADS[head],
@@ -407,11 +410,12 @@ def split_heads(mha: MultiHeadAttention, x: Tensor) -> Figure:
     rows, heads, cols = min(T, 6), min(h, 4), min(d_h, 4)
     k = min(1, rows - 1)  # the token followed through both steps
     grids = max(rows * (heads * 0.1 + 0.07), heads * (rows * 0.1 + 0.14))  # the tallest
-    top = max(1.85 + grids, 3.3 + rows * 0.1)  # room for the grids, and for the notes under Q
+    top = max(2.15 + grids, 3.6 + rows * 0.1)  # room for the grids, and for the notes under Q
     x_a = 0.5
     x_b = x_a + heads * cols * 0.1 + 0.95
-    x_c = x_b + cols * 0.1 + 0.9
-    board = _Board(max(5.0, x_c + cols * 0.1 + 0.75), top + 0.8,
+    x_c = x_b + cols * 0.1 + 0.7
+    # under 4.8 inches wide, the joining steps in two rows: a phone shows its 9 pt at 9 px
+    board = _Board(max(4.7, x_c + cols * 0.1 + 0.6), top + 0.8,
                    "splitting d_out into heads, and back")  # fmt: skip
     _split_grids(board, top, (rows, heads, cols), k, (x_a, x_b, x_c))
     for x0, text, t in ((x_a - 0.25, "Q = W_query(x)", queries), (x_b - 0.5, ".view(b, T, h, "
@@ -422,12 +426,13 @@ def split_heads(mha: MultiHeadAttention, x: Tensor) -> Figure:
              "transpose: row i of every\ntoken's block goes to head i,\n"
              f"which holds all {T} tokens", f"outlined: token {k}'s numbers")  # fmt: skip
     for n, note in enumerate(notes):
-        board.text(0.25, top - rows * 0.1 - 0.3 - 0.62 * n, note, size=8.5, ha="left",
-                   va="top", style="italic")  # fmt: skip
-    board.text(0.05, 1.4, f"after attention (weights {_shape(weights)}), joining:", ha="left")
-    board.chain(0.05, 0.85, [f"α V per head\n{_shape(context)}", f"transpose(1, 2)\n"
-                             f"{_shape(joined)}", f"reshape\n{_shape(merged)}",
-                             f"out_proj\n{_shape(out)}"])  # fmt: skip
+        board.text(0.25, top - rows * 0.1 - 0.3 - 0.62 * n, note, ha="left", va="top",
+                   style="italic")  # fmt: skip
+    board.text(0.05, 1.6, f"after attention (weights {_shape(weights)}), joining:", ha="left")
+    first = board.chain(0.05, 1.15, [f"α V per head\n{_shape(context)}",
+                                     f"transpose(1, 2)\n{_shape(joined)}"])  # fmt: skip
+    then = board.chain(0.05, 0.55, [f"reshape\n{_shape(merged)}", f"out_proj\n{_shape(out)}"])
+    board.arrow(first[-1], then[0])
     drawn = "" if (rows, heads, cols) == (T, h, d_h) else " · grid schematic"
     return board.done(f"b = {b} · T = {T} · h = {h} heads · d_h = {d_h} · d_out = {h * d_h}{drawn}")
 
@@ -656,14 +661,16 @@ def _rope_panel(board: _Board, centre: _Point, angles: list[float], heading: str
     """One pair's plane: the vector at each position, its tip labelled with the position."""
     board.dial(centre, 0.55)
     board.text(centre[0], centre[1] + 1.05, heading, size=_ROPE_TEXT)
-    last: _Point | None = None
+    spots: list[_Point] = []
     for m, angle in enumerate(angles):
         alpha = 0.35 + 0.65 * m / max(1, len(angles) - 1)
         board.ray(centre, angle, 0.55, (*_SEEN[:3], alpha))
-        spot = (centre[0] + 0.72 * math.cos(angle), centre[1] + 0.72 * math.sin(angle))
-        if last is None or math.dist(spot, last) > 0.2 or m == len(angles) - 1:
-            board.text(*spot, str(m), size=_ROPE_TEXT)
-            last = spot
+        spots.append((centre[0] + 0.72 * math.cos(angle), centre[1] + 0.72 * math.sin(angle)))
+    placed: list[_Point] = []  # the last and the first position labelled, then any other
+    for m in (len(spots) - 1, *range(len(spots) - 1)):  # clear of every label placed
+        if all(math.dist(spots[m], other) > 0.25 for other in placed):
+            board.text(spots[m][0], spots[m][1], str(m), size=_ROPE_TEXT)
+            placed.append(spots[m])
 
 
 def rope_rotation(head_dim: int = 8, num_positions: int = 6, base: float = 10000.0,

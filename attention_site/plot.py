@@ -30,6 +30,7 @@ import itertools
 import math
 import re
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # matplotlib is optional: imported lazily, inside the functio
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["bars", "heatmap", "lines", "mask", "row", "source", "svg"]
+__all__ = ["bars", "heatmap", "lines", "mask", "phone_px", "row", "source", "svg"]
 
 MAX_HEATMAP_SIDE = 64
 """The most rows or columns [`heatmap`][attention_site.plot.heatmap] draws, one labelled cell
@@ -57,6 +58,11 @@ labels upright: slanted at 45 degrees, each would run into the next."""
 
 _PHONE_PX = 358
 """The CSS px a phone's column gives a figure (390 px, less the page's margins)."""
+
+_LINES_SIZE = (5.0, 3.2)
+"""A line chart's size in inches, before its legend's rows below it (0.2 each) and its title's
+lines after the first (0.25 each): on a phone, scaled to its column, the 11 pt ticks and labels
+stay at about 11 px and the 10 pt legend at 10 (`phone_px`); on a laptop, 480 px wide."""
 
 _VALUE_PX = 9.0
 """The smallest size, in CSS px, at which a heatmap writes the weights in its cells on a phone:
@@ -422,7 +428,7 @@ def lines(
     logx: bool = False,
     logy: bool = False,
     styles: Mapping[str, Mapping[str, Any]] | None = None,
-    legend: str = "best",
+    legend: str = "below",
     integer_x: bool = False,
     ymin: float | None = None,
 ) -> Figure:
@@ -439,8 +445,8 @@ def lines(
         styles: name -> matplotlib line properties (`color`, `marker`, `linestyle`, ...) for
             the series it names, so that one series looks the same in every figure; the
             others take the colour cycle, with circles.
-        legend: where the legend goes (matplotlib's `loc`), or `"below"`: under the axes,
-            off the data.
+        legend: where the legend goes: `"below"` (the default), under the axes, off the data
+            and as wide as the chart, or matplotlib's `loc` inside the axes.
         integer_x: ticks on whole numbers only, for an x that counts (layers, blocks).
         ymin: where the y axis starts (0 for sizes and norms, so that their ratios read
             true), instead of just below the lowest value.
@@ -467,8 +473,14 @@ def lines(
             raise ValueError(f"expected {len(x)} values in series {name!r}, got {len(ys)}")
     if ymin is not None and not math.isfinite(_numbers("ymin", [ymin])[0]):
         raise ValueError(f"ymin must be a finite number, got {ymin!r}")
+    # wrapped to the chart's width (a wider title would widen it); a legend below in two
+    # columns where two names fit side by side; the figure taller by the lines they add
+    title = None if title is None else "\n".join(textwrap.fill(t, 46) for t in title.split("\n"))
+    ncols = min(2 if max(map(len, series), default=0) <= 24 else 1, len(series)) or 1
+    below = -(-len(series) // ncols) if legend == "below" else 0  # the legend's rows
+    height = _LINES_SIZE[1] + 0.2 * below + 0.25 * (title or "").count("\n")
     with _rc_context():
-        fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+        fig = Figure(figsize=(_LINES_SIZE[0], height), layout="constrained")
         ax = fig.add_subplot()
         for name, ys in series.items():
             style = {"marker": "o", **(styles or {}).get(name, {})}
@@ -480,10 +492,10 @@ def lines(
         if title is not None:
             ax.set_title(title)
         if series and legend == "below":
-            fig.legend(loc="outside lower center", ncols=min(3, len(series)))
+            fig.legend(loc="outside lower center", ncols=ncols, fontsize=10)
         elif series:
-            ax.legend(loc=legend)  # type: ignore[call-overload]
-    setattr(fig, _LINES_ATTR, True)  # on a phone it keeps a legible width (extra.css)
+            ax.legend(loc=legend, fontsize=10)  # type: ignore[call-overload]
+    setattr(fig, _LINES_ATTR, True)  # data-lines in its SVG
     return fig
 
 
@@ -546,7 +558,8 @@ def bars(
         raise ValueError(f"expected {len(labels)} values (one per label), got {len(values)}")
     with _rc_context():
         n = len(labels)
-        size = (PHONE, 1.4 + 0.4 * n) if horizontal else (max(4.5, 1.5 + 0.8 * n), 3.8)
+        # upright: 0.6 inch a bar, so that up to 6 keep a phone's scale (10 pt values at 9 px)
+        size = (PHONE, 1.4 + 0.4 * n) if horizontal else (max(4.5, 1.5 + 0.6 * n), 3.8)
         fig = Figure(figsize=size, layout="constrained")
         ax = fig.add_subplot()
         # One bar per position, labelled afterwards: categorical x values would draw a
@@ -566,11 +579,11 @@ def bars(
             ax.set_ylabel(ylabel)
             ax.tick_params(axis="x", rotation=45 if n > 6 else 0)
             ax.spines[["top", "right"]].set_visible(False)
-        ax.bar_label(container, fmt="%.0f" if whole else "%.2f", fontsize=9, padding=2)
+        ax.bar_label(container, fmt="%.0f" if whole else "%.2f", fontsize=10, padding=2)
         if title is not None and horizontal:
             fig.suptitle(title)  # over the labels too: the axes alone are narrow
-        elif title is not None:
-            ax.set_title(title)
+        elif title is not None:  # wrapped: a wider title would widen the figure
+            ax.set_title(textwrap.fill(title, 46))
     return fig
 
 
@@ -741,3 +754,21 @@ def _cell(
         patch.set_gid(gid)
         tooltips[gid] = tip
     ax.add_patch(patch)
+
+
+def phone_px(fig: Figure, width_px: float = _PHONE_PX) -> float:
+    """The smallest text of `fig` as a phone shows it, in CSS px: each visible text's size
+    (1 pt = 4/3 px), scaled down as the page scales the SVG (`svg`: the tight bounding box, plus
+    its 0.1 inch pad) to a column `width_px` wide; never scaled up.
+
+    Examples:
+        >>> phone_px(lines([1, 2], {"a": [1.0, 2.0]}, xlabel="x", ylabel="y")) >= 9
+        True
+    """
+    from matplotlib.text import Text
+
+    box = fig.get_tightbbox()
+    scale = min(1.0, width_px / (96 * (box.width + 0.2)))  # 96 CSS px per inch
+    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    sizes = [float(t.get_fontsize()) for t in shown if t.get_window_extent().width > 0]
+    return float(4 / 3 * min(sizes, default=math.inf) * scale)

@@ -81,7 +81,9 @@ def execute(source: str, target: str, install: str) -> None:
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), "solution"]
     notebook.cells.insert(0, nbformat.v4.new_code_cell(FRESH_KERNEL))
     kernel = _shared_kernel(cwd=str(Path(source).parent), ip=str(Path(target).with_name("kernel")))
-    NotebookClient(notebook, km=kernel, timeout=600, allow_errors=False).execute()
+    # One output box per printout: the kernel may send one printout in several messages.
+    NotebookClient(notebook, km=kernel, timeout=600, allow_errors=False,
+                   coalesce_streams=True).execute()  # fmt: skip
     del notebook.cells[0]
     _check_outputs(notebook, Path(source).name)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]

@@ -24,6 +24,9 @@ from attention_site.plot import svg
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 PHONE_COLUMN_PX = 358  # a 390 px wide phone, less the page's side padding
+# Diagrams whose smallest text a phone still shows between 7 and 9 px (issue 36): every other
+# one shows 9 px or more. Take a name off when its diagram is redrawn for the phone.
+STILL_SMALL = {"encoder_decoder", "kv_cache", "transformer_block", "gqa_groups", "ring_buffer"}
 
 
 def texts(fig: Figure) -> list[str]:
@@ -316,7 +319,8 @@ def test_svg_is_valid_legible_and_fits_a_phone(name: str, make: Callable[[], Fig
     assert width <= 6 * 72
     scale = min(PHONE_COLUMN_PX, width * 4 / 3) / width  # CSS px per SVG unit
     sizes = [float(s) for s in re.findall(r"font-size: ([\d.]+)px", out)]
-    assert min(sizes) * scale >= 7.0, f"smallest text {min(sizes) * scale:.1f} px on a phone"
+    least = 7.0 if name.split(",")[0] in STILL_SMALL else 9.0
+    assert min(sizes) * scale >= least, f"smallest text {min(sizes) * scale:.1f} px on a phone"
     assert max(sizes) == 11  # the title, the plot module's size
 
 

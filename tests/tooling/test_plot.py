@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("matplotlib")
 
 from attention.derivation.simple import EXAMPLE_TOKENS, example_inputs
-from attention_site.plot import bars, heatmap, lines, svg
+from attention_site.plot import bars, heatmap, lines, phone_px, svg
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
 
@@ -299,3 +299,15 @@ def test_a_heatmap_image_writes_many_column_labels_upright() -> None:
     assert {t.get_rotation() for t in fig.axes[0].get_xticklabels()} == {90.0}
     few = heatmap(torch.eye(6), labels[:6], image=True)
     assert {t.get_rotation() for t in few.axes[0].get_xticklabels()} == {45.0}
+
+
+def test_a_line_chart_reads_on_a_phone_with_its_legend_under_it() -> None:
+    """Scaled to a 390 px phone's column, no text of a line chart (long names, a title) is
+    under 9 px; the legend sits under the axes, off the data, by default."""
+    names = ["plain: final state h_n only", "Bahdanau attention", "chance: a uniform guess"]
+    fig = lines(list(range(1, 13)), {name: [0.5] * 12 for name in names},
+                xlabel="input length n (tokens)", ylabel="token accuracy (greedy)",
+                title="Copying a random sequence: accuracy by length")  # fmt: skip
+    assert phone_px(fig) >= 9.0
+    assert fig.legends and fig.axes[0].get_legend() is None  # the figure's, below the axes
+    assert phone_px(fig, width_px=10_000) == pytest.approx(10 * 4 / 3)  # never scaled up
