@@ -374,7 +374,7 @@ def targets_table(res: Mapping[str, Any]) -> str:
 
 
 def mha_comparison(res: Mapping[str, Any]) -> str:
-    """The `nn.MultiheadAttention` target judged twice: against its default call and without weights.
+    """The `nn.MultiheadAttention` target judged twice: its default call, and no weights.
 
     The stored target compares with the default `need_weights=True`, which also computes and
     returns the averaged weights; `need_weights=False` lets it call the fused kernel too. Both
