@@ -33,6 +33,7 @@ __all__ = [
     "matmul_fraction",
     "memory_table",
     "method",
+    "mha_comparison",
     "padded_batch_table",
     "ratio_figure",
     "sweep_figures",
@@ -369,6 +370,36 @@ def targets_table(res: Mapping[str, Any]) -> str:
             read = decode["fraction_of_read_limit"]
             what += f" (all weights; of the weights-read limit: {read:.2f})"
         lines.append(f"| {what} | {value} | {sign} {t['limit']} | {verdict} |")
+    return "\n".join(lines)
+
+
+def mha_comparison(res: Mapping[str, Any]) -> str:
+    """The `nn.MultiheadAttention` target judged twice: its default call, and no weights.
+
+    The stored target compares with the default `need_weights=True`, which also computes and
+    returns the averaged weights; `need_weights=False` lets it call the fused kernel too. Both
+    ratios come from the same run's forward+backward rows at the GPT-2 shape, against the
+    target's own limit.
+
+    Returns:
+        One line per comparison, or a line saying the rows were not measured.
+    """
+    target = next((t for t in res["targets"] if "MultiheadAttention" in t["target"]), None)
+    prod = next(select(res, experiment="gpt2", impl="production", mode="forward_backward"), None)
+    if target is None or prod is None:
+        return "nn.MultiheadAttention target: not measured in this run"
+    lines = []
+    for impl, call in (("torch_mha_weights", "default need_weights=True"),
+                       ("torch_mha", "need_weights=False")):  # fmt: skip
+        row = next(select(res, experiment="gpt2", impl=impl, mode="forward_backward",
+                          dtype=prod["dtype"]), None)  # fmt: skip
+        if row is None:
+            continue
+        ratio = prod["median_s"] / row["median_s"]
+        verdict = "met" if ratio <= target["limit"] else "MISSED"
+        lines.append(f"vs nn.MultiheadAttention, {call}: {_ms(prod['median_s'])} / "
+                     f"{_ms(row['median_s'])} = {ratio:.3f} (target <= {target['limit']}: "
+                     f"{verdict})")  # fmt: skip
     return "\n".join(lines)
 
 

@@ -450,6 +450,20 @@ def test_committed_results_draw_every_table() -> None:
         assert report.heading(res, "decode")
 
 
+def test_mha_comparison_judges_both_calls_against_the_targets_limit() -> None:
+    target = {"target": "fwd+bwd time vs torch.nn.MultiheadAttention (GPT-2 shape)",
+              "limit": 0.85}  # fmt: skip
+    rows = [{"experiment": "gpt2", "mode": "forward_backward", "dtype": "float32",
+             "impl": impl, "median_s": s}
+            for impl, s in (("production", 0.674), ("torch_mha", 0.788),
+                            ("torch_mha_weights", 1.569))]  # fmt: skip
+    lines = report.mha_comparison({"targets": [target], "results": rows}).splitlines()
+    assert lines[0].endswith("= 0.430 (target <= 0.85: met)")
+    assert lines[1].startswith("vs nn.MultiheadAttention, need_weights=False: 674 ms / 788 ms")
+    assert lines[1].endswith("= 0.855 (target <= 0.85: MISSED)")
+    assert "not measured" in report.mha_comparison({"targets": [], "results": rows})
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [(b'{"schema": ', r"cpu\.json is not a valid JSON file \(truncated or corrupted\): Expecting"),

@@ -45,6 +45,7 @@ from attention.lab.threads import torch_threads
 from attention.model.gpt import GPTModel
 
 __all__ = [
+    "PROBE_WINDOWS",
     "TEXT_PATH",
     "TEXT_SHA256",
     "Characters",
@@ -260,6 +261,21 @@ class EnglishRun:
         """The text of a 1-d tensor of the model's ids."""
         return self.chars.decode(ids)
 
+    def losses(self, count: int) -> tuple[float, float]:
+        """The model's mean loss on `count` windows spread evenly over each part of the text.
+
+        The logged losses use `PROBE_WINDOWS` windows a part; more windows tell how much of
+        a gap between the two parts is the choice of windows.
+
+        Returns:
+            `(training, held_out)`, in nats per character.
+        """
+        check_size("count", count)
+        parts = (self.chars.encode(part)[0] for part in split_text(english_text()))
+        train, held = (_loss(self.model, _windows(ids, self.model.context_length, count))
+                       for ids in parts)  # fmt: skip
+        return train, held
+
 
 def word_start_score(weights: Tensor, idx: Tensor, space: int) -> Tensor:
     r"""Each head's mean weight on the last space before the query: where its word starts.
@@ -305,6 +321,10 @@ def word_start_score(weights: Tensor, idx: Tensor, space: int) -> Tensor:
     return on.transpose(-3, -2)[..., has].mean(-1)  # (..., h)
 
 
+PROBE_WINDOWS = 32
+"""How many fixed windows of each part of the text `train_english` logs its losses on."""
+
+
 def _windows(ids: Tensor, length: int, count: int) -> Tensor:
     """`count` windows of `length + 1` ids spread evenly over `ids`: `(count, length + 1)`."""
     starts = torch.linspace(0, len(ids) - length - 1, count).long()
@@ -339,8 +359,8 @@ def train_english(
     Each step draws `batch_size` windows of `context_length + 1` characters at random from
     the training paragraphs and lowers the cross-entropy of every next character (AdamW,
     weight decay 0.01; the learning rate rises over 30 steps, then falls along a cosine to a
-    tenth). Every `log_every` steps, and at the end, the loss on 32 fixed windows of each
-    part is logged. `seed` fixes the weights and the windows, and on one thread the same
+    tenth). Every `log_every` steps, and at the end, the loss on `PROBE_WINDOWS` fixed windows
+    of each part is logged. `seed` fixes the weights and the windows, and on one thread the same
     arguments give the same model.
 
     Args:
@@ -382,7 +402,7 @@ def train_english(
            "rope_base": 10000.0}  # fmt: skip
     torch.manual_seed(seed)
     run = EnglishRun(GPTModel(cfg), chars, batch_size)
-    probes = [_windows(ids, context_length, 32) for ids in (train_ids, held_ids)]
+    probes = [_windows(ids, context_length, PROBE_WINDOWS) for ids in (train_ids, held_ids)]
     with torch_threads(num_threads):
         start = time.perf_counter()
         _train(run, train_ids, probes, steps, lr, log_every, seed)

@@ -19,7 +19,8 @@ returns $\alpha$. Two numbers say what a head does with them:
   on the tokens that *followed* an earlier occurrence,
   $\sum_{s \le t,\; x_{s-1} = x_t} \alpha_{t,s}$, averaged over those queries. A head that
   scores near 1 finds "the last time this token appeared" and looks at what came next: the
-  *induction head* of Olsson et al. (2022), which lets a model continue a sequence it has seen.
+  *induction head* of Elhage et al. (2021), measured across models by Olsson et al. (2022),
+  which lets a model continue a sequence it has seen.
 
 [`train_induction`][attention.lab.heads.train_induction] trains a small GPT on random tokens
 repeated twice, the task on which such heads form, in tens of seconds on a CPU.

@@ -20,8 +20,8 @@ here, which are otherwise the same network ([`Seq2Seq`][attention.lab.rnn.Seq2Se
 
 $$
 \begin{aligned}
-e_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
-\alpha_{t,i} &= \frac{\exp e_{t,i}}{\sum_{j=1}^{n} \exp e_{t,j}}, \\
+\omega_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
+\alpha_{t,i} &= \frac{\exp \omega_{t,i}}{\sum_{j=1}^{n} \exp \omega_{t,j}}, \\
 c_t &= \sum_{i=1}^{n} \alpha_{t,i} h_i .
 \end{aligned}
 $$
@@ -87,8 +87,8 @@ class AdditiveAttention(nn.Module):
 
     $$
     \begin{aligned}
-    e_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
-    \alpha_t &= \operatorname{softmax}(e_t), \\
+    \omega_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
+    \alpha_t &= \operatorname{softmax}(\omega_t), \\
     c_t &= \sum_i \alpha_{t,i} h_i .
     \end{aligned}
     $$
@@ -164,9 +164,9 @@ class AdditiveAttention(nn.Module):
             )
         if keys is None:
             keys = self.project_keys(enc_states)  # (B, n, H)
-        # e_{t,i} = v^T tanh(W s_{t-1} + U h_i)
+        # omega_{t,i} = v^T tanh(W s_{t-1} + U h_i)
         attn_scores = self.v(torch.tanh(self.W(s_prev)[:, None, :] + keys))  # (B, n, 1)
-        # alpha_t = softmax_i(e_{t,i})
+        # alpha_t = softmax_i(omega_{t,i})
         attn_weights = torch.softmax(attn_scores.squeeze(-1), dim=-1)  # (B, n)
         # c_t = sum_i alpha_{t,i} h_i
         context_vec = (attn_weights[:, None, :] @ enc_states).squeeze(1)  # (B, H)

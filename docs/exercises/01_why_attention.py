@@ -6,11 +6,13 @@
 # change them.
 #
 # At decoder step $t$, Bahdanau's attention scores every encoder state $h_i$ against the
-# decoder's previous state $s_{t-1}$ and reads their weighted sum:
+# decoder's previous state $s_{t-1}$ and reads their weighted sum (the paper writes the scores
+# $e_{t,i}$; this site writes every unnormalised score $\omega$, as in the
+# [notation](../notation.md)):
 #
 # $$\begin{aligned}
-#   e_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
-#   \alpha_{t,i} &= \frac{\exp e_{t,i}}{\sum_j \exp e_{t,j}}, \\
+#   \omega_{t,i} &= v^\top \tanh(W s_{t-1} + U h_i), \\
+#   \alpha_{t,i} &= \frac{\exp \omega_{t,i}}{\sum_j \exp \omega_{t,j}}, \\
 #   c_t &= \sum_i \alpha_{t,i} h_i
 # \end{aligned}$$
 
@@ -26,8 +28,8 @@ _ = torch.manual_seed(0)
 # ## Exercise 1.1: additive attention by hand
 #
 # For `attn = AdditiveAttention(hidden_size=4)`, a batch of 2 decoder states `s_prev` of shape
-# `(2, 4)` and encoder states `enc_states` of shape `(2, 5, 4)`, compute $e$, $\alpha$ and $c$
-# yourself from the weights of `attn.W`, `attn.U` and `attn.v` (each an `nn.Linear` without
+# `(2, 4)` and encoder states `enc_states` of shape `(2, 5, 4)`, compute $\omega$, $\alpha$ and
+# $c$ yourself from the weights of `attn.W`, `attn.U` and `attn.v` (each an `nn.Linear` without
 # bias: `layer(x)` is `x @ layer.weight.T`). Compare with `attn(s_prev, enc_states)`.
 
 # %%
@@ -38,8 +40,8 @@ W, U, v = attn.W.weight, attn.U.weight, attn.v.weight  # (4, 4), (4, 4), (1, 4)
 with torch.no_grad():
     # every decoder state against every encoder state: (2, 5, 4)
     hidden = torch.tanh((s_prev @ W.T)[:, None] + enc_states @ U.T)
-    e = (hidden @ v.T).squeeze(-1)  # (2, 5): one score per encoder state
-    alpha = torch.softmax(e, dim=-1)  # (2, 5)
+    omega = (hidden @ v.T).squeeze(-1)  # (2, 5): one score per encoder state
+    alpha = torch.softmax(omega, dim=-1)  # (2, 5)
     c = (alpha[:, :, None] * enc_states).sum(dim=1)  # (2, 4)
     c_module, alpha_module = attn(s_prev, enc_states)
 torch.testing.assert_close(alpha, alpha_module)

@@ -52,13 +52,17 @@ for unbiased in (False, True):
 # `TransformerBlock`, then use it for the whole model (token and position embeddings,
 # $L$ blocks, the final norm, the output layer) and check it against the book's 163,009,536
 # for GPT-2 small. What do GPT-2 medium ($d = 1024$, $L = 24$), large ($1280$, $36$) and XL
-# ($1600$, $48$) come to, with the output layer tied to the token embedding?
+# ($1600$, $48$) come to, with the output layer tied to the token embedding? These are the
+# book's configuration, `qkv_bias=False`; OpenAI's GPT-2 has biases on the query, key and
+# value projections (`qkv_bias=True`, as `gpt2_config` sets): count those too.
 
 
 # %%
 # Solution
-def block_params(d: int) -> int:
+def block_params(d: int, qkv_bias: bool = False) -> int:
     attention = 4 * d * d + d  # W_query, W_key, W_value, out_proj (+ its bias)
+    if qkv_bias:  # the biases of W_query, W_key, W_value
+        attention += 3 * d
     feed_forward = (d * 4 * d + 4 * d) + (4 * d * d + d)  # d -> 4d -> d
     norms = 2 * 2 * d  # scale and shift, twice
     return attention + feed_forward + norms  # 12 d^2 + 10 d
@@ -68,14 +72,16 @@ def model_params(cfg: dict, tied: bool = False) -> int:
     d, vocab = cfg["emb_dim"], cfg["vocab_size"]
     embeddings = vocab * d + cfg["context_length"] * d
     head = 0 if tied else vocab * d
-    return embeddings + cfg["n_layers"] * block_params(d) + 2 * d + head
+    blocks = cfg["n_layers"] * block_params(d, cfg["qkv_bias"])
+    return embeddings + blocks + 2 * d + head
 
 
 for d, heads in ((768, 12), (1024, 16)):
-    block = TransformerBlock(
-        {**GPT_CONFIG_124M, "emb_dim": d, "n_heads": heads}
-    )
-    assert sum(p.numel() for p in block.parameters()) == block_params(d)
+    for bias in (False, True):
+        cfg = {**GPT_CONFIG_124M, "emb_dim": d, "n_heads": heads}
+        block = TransformerBlock({**cfg, "qkv_bias": bias})
+        counted = sum(p.numel() for p in block.parameters())
+        assert counted == block_params(d, bias)
 assert model_params(GPT_CONFIG_124M) == 163_009_536
 assert model_params(GPT_CONFIG_124M, tied=True) == 124_412_160
 sizes = {
@@ -84,11 +90,14 @@ sizes = {
     "large": (1280, 36),
     "XL": (1600, 48),
 }
+print("tied output layer: the book's configuration | GPT-2's (QKV bias)")
 for name, (d, n_layers) in sizes.items():
     cfg = {**GPT_CONFIG_124M, "emb_dim": d, "n_layers": n_layers}
-    in_blocks = n_layers * block_params(d) / model_params(cfg, tied=True)
+    book = model_params(cfg, tied=True)
+    gpt2 = model_params({**cfg, "qkv_bias": True}, tied=True)
+    in_blocks = n_layers * block_params(d) / book
     print(
-        f"GPT-2 {name:<6}: {model_params(cfg, tied=True):>13,} parameters, "
+        f"GPT-2 {name:<6}: {book:>13,} | {gpt2:>13,} parameters, "
         f"{in_blocks:.0%} of them in the blocks"
     )
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attention.lab.english import (
+    PROBE_WINDOWS,
     TEXT_PATH,
     TEXT_SHA256,
     Characters,
@@ -131,6 +132,16 @@ def test_training_is_seeded_and_logged() -> None:
     assert other.heldout_loss != first.heldout_loss
     assert not first.model.training and first.batch_size == 2
     assert abs(first.train_loss[0] - math.log(len(first.chars))) < 0.5  # an untrained guess
+
+
+def test_losses_on_the_logged_windows_are_the_logged_losses() -> None:
+    run = train_english(**TINY)
+    train, held = run.losses(PROBE_WINDOWS)
+    assert train == pytest.approx(run.train_loss[-1], rel=1e-6)
+    assert held == pytest.approx(run.heldout_loss[-1], rel=1e-6)
+    assert run.losses(64) != (train, held)  # other windows, other means
+    with pytest.raises(ValueError, match="count must be >= 1"):
+        run.losses(0)
 
 
 @pytest.mark.parametrize(
