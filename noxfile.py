@@ -92,7 +92,7 @@ def test_workers() -> int:
 
     Past 4 workers the longest tests, not the core count, set the wall time: in `tests_heavy`
     the three induction-head trainings (about 24 s each on one core where they are not stored
-    yet), in `tests` chapter 15's shorter training and the 124M model's tests (a few seconds).
+    yet); in `tests` none takes more than a few seconds.
     """
     if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may use
         cores = len(os.sched_getaffinity(0))
