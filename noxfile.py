@@ -90,8 +90,9 @@ def lint(session: nox.Session) -> None:
 def test_workers() -> int:
     """pytest-xdist workers for `tests`: one per core, at most 4, none on a single core.
 
-    The suite's longest tests are the three induction-head trainings (about 17 s each on one
-    core); past 4 workers they, not the core count, set the wall time.
+    Past 4 workers the longest tests, not the core count, set the wall time: in `tests_heavy`
+    the three induction-head trainings (about 24 s each on one core where they are not stored
+    yet); in `tests` none takes more than a few seconds.
     """
     if hasattr(os, "sched_getaffinity"):  # Linux: the cores this process may use
         cores = len(os.sched_getaffinity(0))
@@ -100,39 +101,64 @@ def test_workers() -> int:
     return min(cores, 4) if cores > 1 else 0
 
 
-@nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
-    """Unit, property and equivalence tests plus the package's doctests, on every core.
+SUITE = ("tests", "attention", "attention_site", "attention_bench", "README.md")
+"""What `tests` runs: the tests, every docstring example, the README's examples."""
 
-    pytest-xdist runs them in `test_workers()` processes (`-n 0` after `--` runs them in this
-    one, e.g. for `--pdb`); tests/conftest.py sets each worker's torch threads and keeps the
-    users of a shared fixture on one worker (`--dist loadgroup`).
-    """
+
+def run_pytest(session: nox.Session, marks: str | None, paths: tuple[str, ...] = SUITE) -> None:
+    """`paths` with the `tests` session's install, the tests the marker expression `marks`
+    selects (None: all); a `-m` among the arguments after `--` replaces it."""
     install_torch(session)
     session.install("-e", ".[test,bench]")  # bench: tests/model/test_hf.py (skipped without it)
     site_package(session)
+    select = [] if marks is None or "-m" in session.posargs else ["-m", marks]
     session.run(
         "python",
         "-m",
         "pytest",
-        "tests",
-        "attention",
-        "attention_site",
-        "attention_bench",
-        "README.md",
+        *paths,
         "--doctest-modules",
         "--doctest-glob=README.md",
         f"--numprocesses={test_workers()}",
         "--dist=loadgroup",
+        *select,
         *session.posargs,
     )
 
 
 @nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit, property and equivalence tests plus the package's doctests, on every core; all
+    but the `heavy` ones (`tests_heavy` runs those).
+
+    pytest-xdist runs them in `test_workers()` processes (`-n 0` after `--` runs them in this
+    one, e.g. for `--pdb`); tests/conftest.py sets each worker's torch threads and keeps the
+    users of a shared fixture on one worker (`--dist loadgroup`). A `-m` after `--` replaces
+    `-m "not heavy"`: `nox -s tests -- -m "not slow and not heavy"`.
+    """
+    run_pytest(session, "not heavy")
+
+
+@nox.session(python=PYTHON)
+def tests_heavy(session: nox.Session) -> None:
+    """The tests marked `heavy` (`-m heavy`), with the `tests` session's install: the page's
+    trainings for several seeds, torch.compile with inductor, long property tests. CI runs it
+    after `tests`.
+
+    A test belongs here when it costs more than a few seconds of one core and is not the only
+    test of what it tests: mark it `@pytest.mark.heavy(seconds=N)`, N its seconds on one core
+    (the longest start first). A training it runs is best stored (`attention_site.stored`):
+    the build, and the next run, read it instead of training it again.
+    """
+    run_pytest(session, "heavy", ("tests",))  # no docstring example is heavy
+
+
+@nox.session(python=PYTHON)
 def tests_gpu(session: nox.Session) -> None:
-    """`tests` on CUDA, tests/layer/test_cuda.py included; fails, never skips, without a GPU."""
+    """`tests` and `tests_heavy` on CUDA, tests/layer/test_cuda.py included; fails, never
+    skips, without a GPU."""
     require_cuda(session)
-    tests(session)
+    run_pytest(session, None)
 
 
 @nox.session(python=PYTHON)

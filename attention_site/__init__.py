@@ -9,6 +9,8 @@ on the path (it imports `attention`, never the other way round).
 - [`attention_site.listing`][attention_site.listing]: source listings of the package's code.
 - [`attention_site.runs`][attention_site.runs]: trained runs done once per process, and
   started early in another process by the site's build.
+- [`attention_site.stored`][attention_site.stored]: trained runs kept on disk, keyed by the
+  code, data and versions that produce them, shared by the build and the tests.
 - [`attention_site.explorer`][attention_site.explorer]: the attention explorer's model, for
   the browser.
 - [`attention_site.performance`][attention_site.performance]: the Performance page's tables

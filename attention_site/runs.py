@@ -8,6 +8,11 @@ build ([`prefetch`][attention_site.runs.prefetch]); a page's `once` call then wa
 instead of doing it again, and gets what the same call would have computed in-process: the
 runs seed everything they draw and train on one thread.
 
+A run of one of the package's own trainings (a module-level function of `attention`, plain
+arguments) is also kept on disk by [`stored`][attention_site.stored.stored], keyed by the code,
+data and versions that produce it: a later build, or a test that asks for the same run, reads
+it instead of training again, and a change to any of them trains again.
+
 A run is looked up by its arguments' types and `repr`s as well as their values, so arguments
 that merely compare equal are different runs: `x=True` is not `x=1`, `x=2.0` is not `x=2`,
 `x=-0.0` is not `x=0.0` (nor `(1, True)` `(1, 1)`, inside a container). A run that raises is not
@@ -32,10 +37,13 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
+from attention_site.stored import location, storable, stored
+
 __all__ = ["once", "prefetch", "waiting"]
 
 R = TypeVar("R")
 _runs: dict[tuple[Any, ...], Any] = {}  # _key(function, arguments) -> result, or its Future
+_ON_DISK = object()  # in _runs: stored on disk already, read by the first `once` call
 
 
 def _key(function: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -63,15 +71,17 @@ def once(function: Callable[..., R], /, **kwargs: Any) -> R:
     arguments returns the first call's result (the same object). If the run was started with
     [`prefetch`][attention_site.runs.prefetch], waits for it and returns its result; an error it
     raised is raised here. A run that raised is not kept, here or in the other process: the
-    next call with the same arguments runs `function` again, in this process.
+    next call with the same arguments runs `function` again, in this process. A run of the
+    package's own function is read from disk where it was stored, and stored where it was not
+    ([`stored`][attention_site.stored.stored]).
 
     Args:
         function: what to run, e.g. [`train_induction`][attention.lab.heads.train_induction].
         **kwargs: its arguments, by name (hashable values).
     """
     key = _key(function, kwargs)
-    if key not in _runs:
-        _runs[key] = function(**kwargs)
+    if key not in _runs or _runs[key] is _ON_DISK:
+        _runs[key] = _run(function, kwargs)
     result = _runs[key]
     if isinstance(result, Future):
         try:
@@ -86,7 +96,8 @@ def once(function: Callable[..., R], /, **kwargs: Any) -> R:
 
 def prefetch(executor: Executor, function: Callable[..., Any], /, **kwargs: Any) -> None:
     """Start `function(**kwargs)` on `executor`, for a later [`once`][attention_site.runs.once] call
-    with the same arguments to wait for; one started or done already is not started again.
+    with the same arguments to wait for; one started or done already, or stored on disk, is not
+    started again.
 
     With a process pool the run happens beside this process's own work; `function` must be
     importable by name there. The result comes back pickled, a plain copy: no memory is shared
@@ -101,7 +112,12 @@ def prefetch(executor: Executor, function: Callable[..., Any], /, **kwargs: Any)
         raise TypeError(f"executor must be a concurrent.futures Executor (a ProcessPoolExecutor, "
                         f"say), got {type(executor).__name__}")  # fmt: skip
     key = _key(function, kwargs)
-    if key not in _runs:
+    if key in _runs:
+        return
+    path = location(function, kwargs) if storable(function, kwargs) else None
+    if path is not None and path.exists():  # nothing to compute: `once` reads it
+        _runs[key] = _ON_DISK
+    else:
         _runs[key] = executor.submit(_pickled, function, kwargs)
 
 
@@ -110,8 +126,14 @@ def waiting() -> list[str]:
     `module.function(arguments)`: started for nothing, unless a call is still to come."""
     return [f"{key[0].__module__}.{key[0].__qualname__}("
             + ", ".join(f"{name}={shown}" for name, _, shown, _ in key[1:]) + ")"
-            for key, run in _runs.items() if isinstance(run, Future)]  # fmt: skip
+            for key, run in _runs.items()
+            if isinstance(run, Future) or run is _ON_DISK]  # fmt: skip
+
+
+def _run(function: Callable[..., R], kwargs: dict[str, Any]) -> R:
+    """`function(**kwargs)`, through the disk where it can be stored."""
+    return stored(function, **kwargs) if storable(function, kwargs) else function(**kwargs)
 
 
 def _pickled(function: Callable[..., Any], kwargs: dict[str, Any]) -> bytes:
-    return pickle.dumps(function(**kwargs))
+    return pickle.dumps(_run(function, kwargs))

@@ -57,10 +57,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """In an xdist worker: the slow tests first, and the users of a shared fixture grouped.
 
     The workers are handed one test (or one group) at a time, in this order, to whichever is
-    free: the longest tests (`slow(seconds=...)`, longest first, then the other `slow` ones)
-    start first, side by side, and the short tests fill the gaps. Handed out later, two long
-    tests could queue behind each other on one worker: a worker holds up to three tests
-    ahead, and the last to finish sets the wall time. A test that takes a module- or
+    free: the longest tests (`slow(seconds=...)` or `heavy(seconds=...)`, longest first, then
+    the other `slow` and `heavy` ones) start first, side by side, and the short tests fill
+    the gaps. Handed out later, two long tests could queue behind each other on one worker: a
+    worker holds up to three tests ahead, and the last to finish sets the wall time. A test that takes a module- or
     session-scoped fixture of ours is grouped with that fixture's other users, so the fixture
     (the RNN experiment's trained seeds, the 124M model) is built once, on one worker.
     """
@@ -68,8 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
 
     def order(item: pytest.Item) -> tuple[bool, float]:
-        slow = item.get_closest_marker("slow")
-        return slow is None, -float(slow.kwargs.get("seconds", 0) if slow else 0)
+        marks = [m for name in ("slow", "heavy") for m in item.iter_markers(name)]
+        return not marks, -max((float(m.kwargs.get("seconds", 0)) for m in marks), default=0)
 
     items.sort(key=order)  # stable: the collection order within each rank
     groups: dict[str, str] = {}

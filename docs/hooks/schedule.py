@@ -6,8 +6,10 @@
   induction model): about 30 s on one core, most of the pages' own work. At the
   start of the build `attention_site.runs.prefetch` starts each in a worker; each page's
   `attention_site.runs.once(...)` call waits for its run instead of doing it again, and gets what
-  the same call computes in-process (the runs are seeded and train on one thread). A run no
-  page asked for is a build error: this list and the pages' calls must agree.
+  the same call computes in-process (the runs are seeded and train on one thread). A run
+  stored on disk already (`attention_site.stored`: by an earlier build, or by the heavy tests,
+  which train chapter 16's) is read instead, not started. A run no page asked for is a build
+  error: this list and the pages' calls must agree.
 - The pages are built in an order that lets that work finish: the pages that wait for a run
   after the other chapters, and the Performance page, which times code, after those.
 - Two workers, not one: a run starts as soon as either is free, not behind every run before

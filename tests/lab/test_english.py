@@ -23,6 +23,7 @@ from attention.lab.english import (
     word_start_score,
 )
 from attention.lab.heads import model_weights
+from attention_site.stored import stored
 
 TINY = {"steps": 6, "context_length": 16, "batch_size": 2, "emb_dim": 8, "n_heads": 2,
         "log_every": 3}  # fmt: skip
@@ -166,11 +167,11 @@ def test_a_diverging_training_says_so() -> None:
         train_english(**{**TINY, "lr": 1e30})
 
 
-@pytest.mark.slow(seconds=4)
+@pytest.mark.heavy(seconds=7)  # where it is not stored yet; the tiny trainings above run in `tests`
 def test_a_shorter_training_already_learns_english() -> None:
     """The site's run (chapter 15), 200 of its 500 steps: already far under the uniform guess
     ln V on paragraphs it never saw, and no better on the ones it trained on."""
-    run = train_english(seed=0, steps=200)
+    run = stored(train_english, seed=0, steps=200)
     uniform = math.log(len(run.chars))
     assert run.heldout_loss[-1] < 0.5 * uniform  # about 1.9 nats against ln 94 = 4.54
     assert abs(run.heldout_loss[-1] - run.train_loss[-1]) < 0.2  # it did not memorise

@@ -16,6 +16,7 @@ from attention.lab.copy_task import (
     train,
 )
 from attention.lab.rnn import AdditiveAttention, Seq2Seq, decoder_inputs
+from attention_site.stored import stored
 
 VOCAB_SIZE = 20
 SMALL_BUDGET = {"max_len": 10, "steps": 200, "batch_size": 128}
@@ -24,8 +25,9 @@ SMALL_BUDGET = {"max_len": 10, "steps": 200, "batch_size": 128}
 
 @pytest.fixture(scope="module")
 def small_runs() -> dict[int, ExperimentResult]:
-    """The experiment at the small budget, once per seed, shared by the tests below."""
-    return {seed: run_experiment(seed, **SMALL_BUDGET) for seed in (0, 1, 2)}
+    """The experiment at the small budget, once per seed, shared by the tests below, and
+    stored on disk: the next run of the suite reads it (`attention_site.stored`)."""
+    return {seed: stored(run_experiment, seed=seed, **SMALL_BUDGET) for seed in (0, 1, 2)}
 
 
 def test_copy_batch_is_seeded_and_copies() -> None:
@@ -146,7 +148,7 @@ def test_run_experiment_leaves_global_state_alone() -> None:
     assert result.runtime_seconds == result.plain_seconds + result.attention_seconds > 0
 
 
-@pytest.mark.slow
+@pytest.mark.heavy(seconds=14)  # the three seeds' runs, where they are not stored yet
 def test_attention_beats_the_bottleneck_at_length(small_runs: dict[int, ExperimentResult]) -> None:
     """The experiment's conclusion, at a small budget, for three seeds."""
     for seed, result in small_runs.items():
@@ -157,7 +159,7 @@ def test_attention_beats_the_bottleneck_at_length(small_runs: dict[int, Experime
         assert result.attention_losses[-1] < result.plain_losses[-1], seed
 
 
-@pytest.mark.slow
+@pytest.mark.heavy
 def test_alignment_follows_the_diagonal(small_runs: dict[int, ExperimentResult]) -> None:
     """For copying, output step t looks at input position t (and a little at its neighbours)."""
     n = 6
@@ -174,9 +176,9 @@ def test_alignment_follows_the_diagonal(small_runs: dict[int, ExperimentResult])
         assert result.alignment.shape == (SMALL_BUDGET["max_len"],) * 2
 
 
-@pytest.mark.slow
+@pytest.mark.heavy(seconds=5)
 def test_experiment_is_deterministic(small_runs: dict[int, ExperimentResult]) -> None:
-    again = run_experiment(0, **SMALL_BUDGET)
+    again = run_experiment(0, **SMALL_BUDGET)  # fresh: equals the stored run, bit for bit
     first = small_runs[0]
     assert again.plain_accuracy == first.plain_accuracy
     assert again.attention_accuracy == first.attention_accuracy

@@ -89,7 +89,7 @@ def test_the_cpu_and_dropout_never_take_flex() -> None:
         assert not flex.usable(torch.device("cpu"), 0.1)  # FlexAttention has no dropout
 
 
-@pytest.mark.slow(seconds=10)  # FlexAttention unfused, a block mask per call
+@pytest.mark.heavy(seconds=10)  # FlexAttention unfused, a block mask per call
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     mask=st.sampled_from(sorted(MASKS)),

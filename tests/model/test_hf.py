@@ -43,7 +43,7 @@ def test_same_logits_as_ours_on_a_small_model(
         torch.testing.assert_close(hf(ids).logits, model(ids), atol=tol, rtol=tol)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy(seconds=7)  # two 124M models; the small shapes above run in `tests`
 def test_same_logits_as_ours_at_the_124m_shape() -> None:
     model, hf = _pair({**GPT_CONFIG_124M, "drop_rate": 0.0})
     n_params = sum(p.numel() for p in model.parameters())
