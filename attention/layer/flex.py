@@ -132,7 +132,7 @@ def _kernel(device: torch.device) -> Callable[..., Any]:
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
             with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
-                return compiled(*args, **kwargs)
+                return compiled(*args, **kwargs)  # type: ignore[no-untyped-call]
 
         _KERNELS[device.type] = kernel
     return _KERNELS[device.type]
