@@ -382,14 +382,15 @@ def mha_comparison(res: Mapping[str, Any]) -> str:
     target's own limit.
 
     Returns:
-        One line per comparison, or a line saying the rows were not measured.
+        One line per call of `nn.MultiheadAttention` (production's time over its time, and
+        the verdict), or a line saying the rows were not measured.
     """
     target = next((t for t in res["targets"] if "MultiheadAttention" in t["target"]), None)
     prod = next(select(res, experiment="gpt2", impl="production", mode="forward_backward"), None)
     if target is None or prod is None:
         return "nn.MultiheadAttention target: not measured in this run"
     lines = []
-    for impl, call in (("torch_mha_weights", "default need_weights=True"),
+    for impl, call in (("torch_mha_weights", "need_weights=True"),
                        ("torch_mha", "need_weights=False")):  # fmt: skip
         row = next(select(res, experiment="gpt2", impl=impl, mode="forward_backward",
                           dtype=prod["dtype"]), None)  # fmt: skip
@@ -397,9 +398,8 @@ def mha_comparison(res: Mapping[str, Any]) -> str:
             continue
         ratio = prod["median_s"] / row["median_s"]
         verdict = "met" if ratio <= target["limit"] else "MISSED"
-        lines.append(f"vs nn.MultiheadAttention, {call}: {_ms(prod['median_s'])} / "
-                     f"{_ms(row['median_s'])} = {ratio:.3f} (target <= {target['limit']}: "
-                     f"{verdict})")  # fmt: skip
+        lines.append(f"{call + ':':<19} {_ms(prod['median_s'])} / {_ms(row['median_s'])} = "
+                     f"{ratio:.3f}, {verdict} (<= {target['limit']})")  # fmt: skip
     return "\n".join(lines)
 
 

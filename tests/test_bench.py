@@ -458,9 +458,8 @@ def test_mha_comparison_judges_both_calls_against_the_targets_limit() -> None:
             for impl, s in (("production", 0.674), ("torch_mha", 0.788),
                             ("torch_mha_weights", 1.569))]  # fmt: skip
     lines = report.mha_comparison({"targets": [target], "results": rows}).splitlines()
-    assert lines[0].endswith("= 0.430 (target <= 0.85: met)")
-    assert lines[1].startswith("vs nn.MultiheadAttention, need_weights=False: 674 ms / 788 ms")
-    assert lines[1].endswith("= 0.855 (target <= 0.85: MISSED)")
+    assert lines[0] == "need_weights=True:  674 ms / 1569 ms = 0.430, met (<= 0.85)"
+    assert lines[1] == "need_weights=False: 674 ms / 788 ms = 0.855, MISSED (<= 0.85)"
     assert "not measured" in report.mha_comparison({"targets": [], "results": rows})
 
 
