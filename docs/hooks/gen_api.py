@@ -42,7 +42,8 @@ def document(full: str, nav: Nav, nav_key: tuple[str, ...], index: list[str],
     page = f"::: {full}\n    options:\n      heading_level: 1\n"
     if hasattr(module, "__path__") or gathers_only(module):  # its docstring lists the modules
         page += "      members: false\n"
-    pages[f"api/{full}.md"] = page
+    path = full.replace(".", "/") + ("/__init__.py" if hasattr(module, "__path__") else ".py")
+    pages[f"api/{full}.md"] = f"{page}\n<!-- package: source-of {path} -->\n"  # package.py
     for name in modules(module) if hasattr(module, "__path__") else []:
         document(f"{full}.{name}", nav, (*nav_key, f"{full}.{name}"), index, pages)
 

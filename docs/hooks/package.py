@@ -10,12 +10,16 @@ yourself"; the exercises' first cell):
   the pages and the notebooks need in `config.extra["package"]` (`Package.as_extra`): the
   files' names, the wheel's URL when the site's is known (`site_url`, which the Pages workflow
   sets through `ATTENTION_SITE_URL`), and the repository's address when the build knows it
-  (mkdocs.yml's `repo_url`, else GitHub Actions' `GITHUB_SERVER_URL`/`GITHUB_REPOSITORY`).
+  (`repository`: the setting `ATTENTION_REPO_URL`, else GitHub Actions' run, else the
+  checkout's `origin` remote).
 - `on_files` waits for the build, checks that the wheel holds the library and nothing else
   (`attention`, `attention_bench` and its metadata: `attention_site` stays in the repository)
   and adds both files to the site under `dist/`.
-- `<!-- package: install -->`, `contents` and `source` in a page become the install command
-  and the files' links, the wheel's contents, and where the source lives (`on_page_markdown`).
+- `<!-- package: install -->`, `contents`, `source`, `repository` and `source-of PATH` in a
+  page become the install command and the files' links, the wheel's contents, where the
+  source lives (or how a build is told), and a module's file; a shown block that imports
+  `attention_site` gets a line saying it needs the repository (`on_page_markdown`);
+- `on_page_context` links each page's footer to its source file (an API page's: its module).
 
 Nothing built is written into the checkout: the copy, setuptools' `build/` and `*.egg-info`
 and the distributions live in the temporary directory until the site has its copies.
@@ -34,8 +38,10 @@ import tempfile
 import time
 import tomllib
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
@@ -59,7 +65,8 @@ out = sys.argv[1]  # read first: build_meta rewrites sys.argv
 build_meta.build_sdist(out)
 build_meta.build_wheel(out)
 """
-_DIRECTIVE = re.compile(r"^<!-- package: (?P<name>[\w-]+) -->$", re.MULTILINE)
+_DIRECTIVE = re.compile(r"^(?P<indent> *)<!-- package: (?P<name>[\w-]+) -->$", re.MULTILINE)
+_MODULE_DIRECTIVE = re.compile(r"^<!-- package: source-of (?P<arg>[\w/.]+\.py) -->$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class Package:
     wheel: str
     sdist: str
     site_url: str | None = None
-    repository: str | None = None
+    repository: Repository | None = None
 
     @property
     def wheel_url(self) -> str | None:
@@ -79,7 +86,7 @@ class Package:
     def as_extra(self) -> dict[str, str | None]:
         """`config.extra["package"]`, read by docs/hooks/notebooks.py (the install cell)."""
         return {"wheel": self.wheel, "sdist": self.sdist, "wheel_url": self.wheel_url,
-                "repository": self.repository}  # fmt: skip
+                "repository": self.repository.url if self.repository else None}  # fmt: skip
 
 
 def distribution_names(pyproject: Path) -> tuple[str, str]:
@@ -95,20 +102,82 @@ def distribution_names(pyproject: Path) -> tuple[str, str]:
     return f"{stem}-py3-none-any.whl", f"{stem}.tar.gz"
 
 
-def repository_url(repo_url: str | None, environ: dict[str, str]) -> str | None:
-    """The repository's address: mkdocs.yml's `repo_url`, else the GitHub Actions run's own
-    (`GITHUB_SERVER_URL`/`GITHUB_REPOSITORY`), else None: the build does not know it.
+REPOSITORY_SETTING = "ATTENTION_REPO_URL"
+"""The setting that gives the build the repository's web address (an environment variable)."""
 
-    >>> repository_url(None, {"GITHUB_SERVER_URL": "https://github.com",
-    ...                       "GITHUB_REPOSITORY": "someone/attention"})
+
+@dataclass(frozen=True)
+class Repository:
+    """Where the source is on the web: the repository's address and the ref its links name."""
+
+    url: str
+    ref: str = "HEAD"  # a commit, a branch; `HEAD` is the default branch on GitHub and GitLab
+
+    def blob(self, path: str) -> str:
+        """The address of the file `path` (relative to the checkout) at `ref`."""
+        return f"{self.url}/blob/{self.ref}/{path}"
+
+
+def web_address(remote: str) -> str | None:
+    """A git remote's web address: `git@host:o/r.git`, `ssh://git@host/o/r.git` and
+    `https://host/o/r.git` become `https://host/o/r`; a path or anything else is None. A
+    user name or token in the address is dropped: it must not reach a page.
+
+    >>> web_address("git@github.com:someone/attention.git")
     'https://github.com/someone/attention'
-    >>> repository_url(None, {}) is None
+    >>> web_address("https://user:secret@github.com/someone/attention.git/")
+    'https://github.com/someone/attention'
+    >>> web_address("/srv/git/attention.git") is None
     True
     """
-    if repo_url:
-        return repo_url.rstrip("/")
+    remote = remote.strip().removesuffix("/").removesuffix(".git")
+    scp = re.fullmatch(r"[\w.-]+@(?P<host>[\w.-]+):(?P<path>[^/][^:]*)", remote)
+    url = re.fullmatch(r"(?:https?|ssh|git)://(?:[^@/]+@)?(?P<host>[\w.-]+)(?::\d+)?/(?P<path>.+)",
+                       remote)  # fmt: skip
+    match = scp or url
+    return f"https://{match['host']}/{match['path']}" if match else None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """`git -C root ARGS`' output, stripped; None where git fails or prints nothing."""
+    try:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
+def repository(environ: Mapping[str, str], root: Path = ROOT) -> Repository | None:
+    """The repository's address, resolved once per build: the setting `ATTENTION_REPO_URL`
+    where given; else the GitHub Actions run's (`GITHUB_SERVER_URL`/`GITHUB_REPOSITORY`);
+    else the checkout's `origin` remote where it is a web or SSH address (`git config`, no
+    network); else None: the build does not know it. The ref is the run's commit
+    (`GITHUB_SHA`), else the checkout's commit where a remote branch holds it (a local commit
+    would be a dead link), else `HEAD`, the repository's default branch.
+
+    >>> repository({"GITHUB_SERVER_URL": "https://github.com",
+    ...             "GITHUB_REPOSITORY": "someone/attention", "GITHUB_SHA": "abc123"})
+    Repository(url='https://github.com/someone/attention', ref='abc123')
+    """
     server, name = environ.get("GITHUB_SERVER_URL"), environ.get("GITHUB_REPOSITORY")
-    return f"{server.rstrip('/')}/{name}" if server and name else None
+    setting = environ.get(REPOSITORY_SETTING, "").strip()
+    if setting:
+        url: str | None = setting.rstrip("/")
+    elif server and name:
+        url = f"{server.rstrip('/')}/{name}"
+    else:
+        origin = _git(root, "config", "--get", "remote.origin.url")
+        url = web_address(origin) if origin else None
+    if url is None:
+        return None
+    ref = environ.get("GITHUB_SHA") if server and name else None
+    if not ref:
+        commit = _git(root, "rev-parse", "HEAD")
+        ref = commit if commit and _git(root, "branch", "-r", "--contains", commit) else "HEAD"
+    return Repository(url, ref)
 
 
 def check_wheel(wheel: Path) -> dict[str, tuple[int, int]]:
@@ -156,8 +225,7 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
             f"pyproject.toml's version {version} is not attention.__version__ "
             f"{attention.__version__}: change both"
         )
-    repository = repository_url(config.get("repo_url"), dict(os.environ))
-    package = Package(wheel, sdist, config.get("site_url"), repository)
+    package = Package(wheel, sdist, config.get("site_url"), repository(os.environ))
     config.extra["package"] = package.as_extra()
     work = Path(tempfile.mkdtemp(prefix="attention-dist-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
@@ -241,12 +309,23 @@ def contents_table(contents: dict[str, tuple[int, int]]) -> str:
     return "\n".join(rows)
 
 
+def _name(repository: Repository) -> str:
+    """`github.com/o/r`: the address as a link's text."""
+    return re.sub(r"^https?://", "", repository.url)
+
+
+HOW_TO_GIVE = (
+    f"A build takes it from the setting `{REPOSITORY_SETTING}` (an environment variable), "
+    "else from the GitHub Actions run that builds it, else from its checkout's `origin` remote."
+)
+
+
 def source_text(package: Package) -> str:
-    """Markdown: where the source lives; without a known repository, only what the site has."""
+    """Markdown: where the source lives; without a known repository, how to give it."""
     if package.repository:
-        name = re.sub(r"^https?://", "", package.repository)
+        url = package.repository.url
         return (
-            f"The source is in the repository [{name}]({package.repository}): the package "
+            f"The source is in the repository [{_name(package.repository)}]({url}): the package "
             "(`attention/`, `attention_bench/`), this site's pages (`docs/`) and its tooling "
             "(`attention_site/`), and the tests (`tests/`). Its README says how to run the "
             "tests and build this site."
@@ -254,29 +333,100 @@ def source_text(package: Package) -> str:
     return (
         "The source distribution above holds the package's source, `attention/` and "
         "`attention_bench/`. The site's pages, its tooling and the tests are in the project's "
-        "repository, whose address this build was not given."
+        f"repository, whose address this build was not given. {HOW_TO_GIVE}"
     )
+
+
+def repository_text(package: Package) -> str:
+    """Markdown, one paragraph: the repository's link and how to check it out, or how a
+    build is given its address."""
+    what = "The repository holds the package, these pages, their tooling and the tests"
+    if package.repository:
+        url = package.repository.url
+        return f"{what}: [{_name(package.repository)}]({url}), checked out by `git clone {url}`."
+    return f"{what}; this build was not given its address. {HOW_TO_GIVE}"
+
+
+def module_source_text(package: Package, path: str) -> str:
+    """Markdown: where the module `path` (`attention/layer/fused.py`) is in the repository."""
+    if package.repository:
+        return f"Source: [`{path}`]({package.repository.blob(path)})."
+    return (f"Source: `{path}`, in the repository, whose address this build was not given "
+            f"(the setting `{REPOSITORY_SETTING}`).")  # fmt: skip
+
+
+def page_source(package: Package, src_uri: str) -> str:
+    """HTML for a page's footer: a link to the file it is made from (an API page's: its
+    module); nothing where the repository is unknown."""
+    if package.repository is None:
+        return ""
+    path = f"docs/{src_uri}"
+    api = re.fullmatch(r"api/(?P<module>[\w.]+)\.md", src_uri)
+    if api and api["module"] != "index":
+        module = ROOT.joinpath(*api["module"].split("."))
+        file = module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
+        path = file.relative_to(ROOT).as_posix()
+    elif api:
+        return ""  # the index is generated: no file of its own
+    link = package.repository.blob(path)
+    return f' <a class="page-source" href="{link}">This page\'s source</a>.'
+
+
+def needs_repository(package: Package) -> str:
+    """HTML, under a shown block that imports `attention_site`: it runs in a checkout only."""
+    where = (f'<a href="{package.repository.url}">the repository</a>' if package.repository
+             else f"the repository (this build was not given its address: "
+                  f"<code>{REPOSITORY_SETTING}</code>)")  # fmt: skip
+    return (
+        f'<p class="needs-repository">This block imports <code>attention_site</code>, the '
+        f"site's tooling: it runs in a checkout of {where}, not with the wheel alone.</p>"
+    )
+
+
+def mark_repository_blocks(markdown: str, package: Package) -> str:
+    """Each shown block that imports `attention_site` followed by `needs_repository`."""
+    from attention_site.pages import SHOWN, Block, is_shown
+
+    def mark(match: re.Match[str]) -> str:
+        if not is_shown(match["options"]) or not Block("", 0, match["code"]).needs_repository:
+            return match[0]
+        return f"{match[0]}\n\n{match['indent']}{needs_repository(package)}"
+
+    return SHOWN.sub(mark, markdown)
 
 
 def expand(markdown: str, package: Package, sizes: dict[str, int],
            contents: dict[str, tuple[int, int]], where: str) -> str:  # fmt: skip
-    """`<!-- package: install -->`, `<!-- package: contents -->`, `<!-- package: source -->`
-    of the page `where`, written out."""
+    """`<!-- package: install -->`, `contents`, `source`, `repository` and
+    `source-of attention/PATH.py` of the page `where`, written out; each shown block that
+    imports `attention_site` marked (`mark_repository_blocks`)."""
     directives = {
         "install": lambda: install_text(package, sizes),
         "contents": lambda: contents_table(contents),
         "source": lambda: source_text(package),
+        "repository": lambda: repository_text(package),
     }
 
     def replace(match: re.Match[str]) -> str:
         if match["name"] not in directives:
             raise PluginError(f"{where}: no <!-- package: {match['name']} -->; "
                               f"there are {', '.join(directives)}")  # fmt: skip
-        return directives[match["name"]]()
+        text = directives[match["name"]]()  # indented like the directive (in a list item)
+        return "\n".join(match["indent"] + line if line else line for line in text.split("\n"))
 
-    return _DIRECTIVE.sub(replace, markdown)
+    def replace_module(match: re.Match[str]) -> str:
+        return module_source_text(package, match["arg"])
+
+    markdown = _MODULE_DIRECTIVE.sub(replace_module, markdown)
+    return mark_repository_blocks(_DIRECTIVE.sub(replace, markdown), package)
 
 
 def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
     build = _builds[-1]
     return expand(markdown, build.package, build.sizes, build.contents, page.file.src_uri)
+
+
+def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
+    """The footer (docs/hooks/build.py's stamp, set just before) links the page's source."""
+    config["copyright"] += page_source(_builds[-1].package, page.file.src_uri)
+    return context

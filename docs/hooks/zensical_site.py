@@ -61,7 +61,7 @@ def stage_docs(docs: Path) -> None:
 def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The wheel and sdist built into `docs/dist/`; the package hook's `Package` and facts."""
     wheel, sdist = package_hook.distribution_names(ROOT / "pyproject.toml")
-    repository = package_hook.repository_url(config.get("repo_url"), {})
+    repository = package_hook.repository(os.environ)  # as the MkDocs hook resolves it
     package = package_hook.Package(wheel, sdist, config.get("site_url"), repository)
     out = docs / package_hook.DIST
     out.mkdir(parents=True)
@@ -154,9 +154,10 @@ def _nav(nav: Any) -> Any:
     return nav
 
 
-def stamp_pages(site: Path, docs: Path, default: str) -> None:
+def stamp_pages(site: Path, docs: Path, default: str, package: Any) -> None:
     """Each page's footer as docs/hooks/build.py words it: a page that runs no code says so,
-    and a page with stored results (front matter `stored:`) names them."""
+    and a page with stored results (front matter `stored:`) names them; and as
+    docs/hooks/package.py links it, to the page's source."""
     for page in docs.rglob("*.md"):
         rel = page.relative_to(docs)
         original = ROOT / "docs" / rel
@@ -167,10 +168,12 @@ def stamp_pages(site: Path, docs: Path, default: str) -> None:
         stored = yaml.safe_load(meta[1]).get("stored") if meta else None
         folder = rel.parent if rel.stem == "index" else rel.with_suffix("")
         html = site / folder / "index.html"
-        if (computed and not stored) or not html.exists():
+        if not html.exists():
             continue
         text = html.read_text(encoding="utf-8")
         stamp = build.build_stamp(computed, str(stored) if stored else None)
+        src_uri = (rel.with_suffix(".py") if notebook else rel).as_posix()  # as MkDocs names it
+        stamp += package_hook.page_source(package, src_uri)
         html.write_text(text.replace(default, stamp), encoding="utf-8")
 
 
@@ -198,7 +201,7 @@ def main(site: Path) -> None:
                          + "\n".join(warnings.records))  # fmt: skip
     shutil.rmtree(site, ignore_errors=True)
     shutil.move(STAGE / "site", site)
-    stamp_pages(site, docs, default)
+    stamp_pages(site, docs, default, package)
     count = explorer.publish(site.resolve())  # the explorers' weights, checked in Chromium
     print(f"explorer: {count} models written and checked in Chromium", flush=True)
     pages = len(list(site.rglob("index.html")))

@@ -192,12 +192,14 @@ def test_the_package_hook_names_the_wheel_and_knows_only_what_it_is_told() -> No
     text = package.install_text(unknown, sizes)
     assert f"pip install ./{WHEEL}" in text and f"(dist/{WHEEL}) (578 kB)" in text
     assert "http" not in text + package.source_text(unknown)  # no address it was not given
-    known = package.Package(WHEEL, "x.tar.gz", "https://a.github.io/b/", "https://github.com/a/b")
+    repo = package.Repository("https://github.com/a/b")
+    known = package.Package(WHEEL, "x.tar.gz", "https://a.github.io/b/", repo)
     assert f"pip install \\\n  https://a.github.io/b/dist/{WHEEL}\n" in package.install_text(
         known, sizes
     )
     assert "[github.com/a/b](https://github.com/a/b)" in package.source_text(known)
-    assert package.repository_url("https://example.org/r/", {}) == "https://example.org/r"
+    given = package.repository({"ATTENTION_REPO_URL": "https://example.org/r/"}, Path("/"))
+    assert given is not None and given.url == "https://example.org/r"
 
 
 def test_a_wheel_with_anything_but_the_library_fails_the_build(tmp_path: Path) -> None:
