@@ -55,10 +55,11 @@ def is_shown(options: str) -> bool:
 def shown_blocks(markdown: str, page: str = "") -> list[Block]:
     """The blocks `markdown` shows and runs, in order.
 
-    >>> text = '```python exec="1"\\nhidden = 1\\n```\\n\\n  ```python exec="1" source="block"\\n'
-    >>> text += '  from attention_site.plot import svg\\n  ```\\n'
-    >>> [(b.line, b.code, b.needs_repository) for b in shown_blocks(text)]
-    [(5, 'from attention_site.plot import svg\\n', True)]
+    Examples:
+        >>> text = '```python exec="1"\\nhidden = 1\\n```\\n\\n  ```python exec="1" source="block"\\n'
+        >>> text += '  from attention_site.plot import svg\\n  ```\\n'
+        >>> [(b.line, b.code, b.needs_repository) for b in shown_blocks(text)]
+        [(5, 'from attention_site.plot import svg\\n', True)]
     """
     return [
         Block(page, markdown.count("\n", 0, match.start()) + 1, textwrap.dedent(match["code"]))
