@@ -56,7 +56,8 @@ def shown_blocks(markdown: str, page: str = "") -> list[Block]:
     """The blocks `markdown` shows and runs, in order.
 
     Examples:
-        >>> text = '```python exec="1"\\nhidden = 1\\n```\\n\\n  ```python exec="1" source="block"\\n'
+        >>> text = '```python exec="1"\\nhidden = 1\\n```\\n\\n'
+        >>> text += '  ```python exec="1" source="block"\\n'
         >>> text += '  from attention_site.plot import svg\\n  ```\\n'
         >>> [(b.line, b.code, b.needs_repository) for b in shown_blocks(text)]
         [(5, 'from attention_site.plot import svg\\n', True)]
