@@ -89,7 +89,7 @@
     // tokens as text for the text box: a word model's (some tokens longer than a character)
     // gets a JOIN between two that would run together, if no token holds one
     const joins = vocab.some((s) => s.length > 1) && !vocab.some((s) => s.includes(JOIN));
-    const glued = (before, token) => /\w$/.test(before) && /^\w/.test(token); // "make," not
+    const glued = (before, token) => !/\s$/.test(before) && !/^\s/.test(token);
     const written = (ids) => ids.map((k, n) =>
       (joins && n && glued(vocab[ids[n - 1]], vocab[k]) ? JOIN : "") + vocab[k]).join("");
     const state = {
