@@ -42,9 +42,6 @@
   const spaced = (token) => shown(token).replace(/^ /, "\u2423");
   /* The text box shows line breaks and tabs as the strip does, and reads them back. */
   const typed = (text) => text.replace(/\n/g, "\u21b5").replace(/\t/g, "\u21e5");
-  /* In the text box of a word model, a middle dot between two tokens that would otherwise run
-     together ("around\u00b7Slow"): it shows where one ends, and splits them when read back. */
-  const JOIN = "\u00b7";
   const untyped = (text) => text.replace(/\u21b5/g, "\n").replace(/\u21e5/g, "\t");
 
   const make = (tag, attrs = {}, text = null) => {
@@ -86,12 +83,9 @@
     const maxT = data.max_tokens || context;
     const view = data.view || { layer: 0, head: 0 };
     const range = data.repeat || null;
-    // tokens as text for the text box: a word model's (some tokens longer than a character)
-    // gets a JOIN between two that would run together, if no token holds one
-    const joins = vocab.some((s) => s.length > 1) && !vocab.some((s) => s.includes(JOIN));
-    const glued = (before, token) => !/\s$/.test(before) && !/^\s/.test(token);
-    const written = (ids) => ids.map((k, n) =>
-      (joins && n && glued(vocab[ids[n - 1]], vocab[k]) ? JOIN : "") + vocab[k]).join("");
+    // the heatmap's side in cells for any shorter sequence (the longest preset's length):
+    // a new sequence up to it moves nothing on the page
+    const SIDE = Math.max(...data.presets.map((p) => p.ids.length));
     const state = {
       ids: data.presets[0].ids.slice(), unknown: [], layer: view.layer, head: view.head,
       ...data.defaults,
@@ -123,13 +117,11 @@
       control(`${id}-preset`, "Start from", preset), control(`${id}-add`, "Add a token", picker),
       ...(range ? [repeat] : []));
     // what the model was trained on, said where the reader types
-    // (a model of text: its page says how much it reads; a notice says so when it cuts)
     const limits = make("p", { class: "ax-hint", id: `${id}-range` }, range
       ? `The model learned to continue repeats of ${range[0]} to ${range[1]} tokens, in ` +
         `sequences of ${maxT}: Repeat takes ${range[0]} to ${range[1]} tokens, and a sequence ` +
         `keeps its first ${maxT}.`
-      : "");
-    const addLabel = sequenceRow.querySelector("label[for$=-add]");
+      : `A sequence keeps its first ${maxT} tokens, the model's context.`);
     const tempBox = control(`${id}-temperature`, "Temperature \u03c4", temp, "ax-temperature");
     tempBox.append(tempValue);
     const windowBox = control(`${id}-window`, "window w", windowIn, "ax-number");
@@ -186,7 +178,7 @@
     const prediction = make("div", { class: "ax-prediction", "aria-live": "polite" });
     panels.append(scores, prediction);
     root.querySelector(".attention-explorer__fallback")?.remove();
-    root.append(sequenceRow, ...(range ? [limits] : []), notice, viewRow, hint, strip, caption, figure, panels);
+    root.append(sequenceRow, limits, notice, viewRow, hint, strip, caption, figure, panels);
 
     const plot = make("div", { class: "ax-plot", role: "img" });
     plot.style.cssText = "display: block; position: relative; contain: strict;"; // sized below
@@ -265,15 +257,16 @@
     // a vocabulary of single characters: a label is one character, which fits a smaller cell
     const narrow = vocab.every((s) => trimmed(s).length === 1);
     function layout() {
-      // The geometry follows from the width and the sequence's length (a label takes at most
-      // 6 em, one character 2 em): cells as large as the column allows, up to 28 px.
-      const N = T, gap = 4; // the box fits the sequence: no blank band under a short one
+      // The geometry follows from the width alone (a label takes at most 6 em, one character
+      // 2 em): the box keeps its size and place from one sequence to the next, and only the
+      // labels' text changes.
+      const N = Math.max(T, SIDE), gap = 4; // one box for every sequence up to SIDE tokens
       const em = narrow ? 2 : 6;
       let cell = Math.floor((columnWidth - em * 11 - gap - 2) / N);
       const words = cell >= (narrow ? 8 : 12);
       let font = 11, left;
       if (words) {
-        cell = Math.min(28, cell);
+        cell = Math.min(22, cell);
         font = Math.min(12, Math.max(narrow ? 8 : 10, cell - (narrow ? 1 : 6)));
         left = em * font + gap;
       } else {
@@ -597,9 +590,7 @@
       }
       if (!kept.length) notes.push("No token of the vocabulary in what you typed: the sequence is unchanged.");
       setText(notice, notes.join(" "));
-      if (!fromText) input.value = typed(written(state.ids));
-      // how full the sequence is, where a token is added: at maxT, adding only says so
-      setText(addLabel, `Add a token (${n} of ${maxT}${n >= maxT ? ": full" : ""})`);
+      if (!fromText) input.value = typed(state.ids.map((k) => vocab[k]).join(""));
       state.split = Math.floor(state.ids.length / 2); // two documents: the halves (a repeat's)
       splitIn.value = String(state.split);
       build();
@@ -616,8 +607,7 @@
     input.addEventListener("input", () => {
       let text = untyped(input.value);
       if (words && !text.startsWith(" ")) text = " " + text;
-      const pieces = joins ? text.split(JOIN).flatMap((part) => AM.tokenize(vocab, part))
-        : AM.tokenize(vocab, text);
+      const pieces = AM.tokenize(vocab, text);
       setSequence(pieces.filter((p) => p.id !== null).map((p) => p.id),
         pieces.filter((p) => p.id === null).map((p) => p.text), true);
     });
@@ -665,7 +655,8 @@
     });
     canvas.addEventListener("pointermove", (event) => {
       const box = canvas.getBoundingClientRect();
-      const at = (v) => Math.floor((v / box.width) * T);
+      const N = Math.max(T, SIDE);
+      const at = (v) => Math.floor((v / box.width) * N);
       const i = at(event.clientY - box.top), j = at(event.clientX - box.left);
       if (i >= 0 && j >= 0 && i < T && j < T) choose(i, j);
       else release();
