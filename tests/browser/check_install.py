@@ -18,20 +18,14 @@ It does what a reader of "Run it yourself" does, with the site's own files:
    where it names the published URL, which need not exist yet, the wheel from `site/dist/` is
    installed first, and the cell installs the rest (matplotlib).
 
-Before step 3, while the environment holds torch and the wheel only (no numpy, no
-matplotlib), every shown block of chapters 3 to 16 runs there (`attention_site.pages`): a
-chapter's blocks in order in one Python process, as a reader copies them into one session,
-each block's stdout discarded; those that import `attention_site` are left out, and the built
-page must say so under each of them and link the repository or name its setting
-(docs/hooks/package.py). Then `attention` must import from the environment, not the checkout,
-and `attention_site` (not in the wheel) must not import at all. Any failure prints what failed and the run's output, and
+Then `attention` must import from the environment, not the checkout, and `attention_site` (not
+in the wheel) must not import at all. Any failure prints what failed and the run's output, and
 exits 1. Offline where pip's configuration has local wheels (`PIP_FIND_LINKS`, a local index).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -40,33 +34,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # attention_site.pages: what a page shows (the checkout's)
-from attention_site.pages import Block, chapters, shown_blocks  # noqa: E402
-
-FIRST, LAST = 3, 16
-"""The chapters whose shown blocks run with the wheel alone (1 and 2 draw and train)."""
-
-RUN_BLOCKS = """\
-import contextlib, io, json, sys, traceback
-blocks = json.load(open(sys.argv[1]))
-namespace = {"__name__": "__main__"}
-for number, block in enumerate(blocks):
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(block["code"], f"{block['page']}:{block['line']}", "exec"), namespace)
-    except BaseException:
-        print(json.dumps({"failed": number, "error": traceback.format_exc()[-1500:]}))
-        sys.exit(1)
-print(json.dumps({"ran": len(blocks)}))
-"""
-"""Run a page's blocks (a JSON list) in order in one namespace; stop at the first that raises."""
-
-NO_NUMPY = """\
-import importlib.util
-assert importlib.util.find_spec("numpy") is None, "numpy is installed: the check needs it absent"
-"""
 
 CHECK_IMPORTS = """\
 import importlib.util, sys
@@ -123,47 +90,6 @@ def site_files(site: Path, notebook: str) -> tuple[Path, Path]:
     return wheels[0], script
 
 
-def chapter_blocks(docs: Path) -> dict[str, list[Block]]:
-    """Chapters `FIRST` to `LAST`'s shown blocks, by page, in the nav's order."""
-    pages = chapters(docs.parent)[FIRST - 1 : LAST]
-    return {page: shown_blocks((docs / page).read_text(encoding="utf-8"), page) for page in pages}
-
-
-def marked(html: str) -> list[str]:
-    """The built page's notes under blocks that need the repository (docs/hooks/package.py)."""
-    return re.findall(r'<p class="needs-repository">(.*?)</p>', html, re.DOTALL)
-
-
-def run_blocks(site: Path, python: str, work: Path, env: dict[str, str]) -> tuple[int, int]:
-    """Every shown block of the chapters but those needing the repository, run in the
-    environment page by page; the pages checked for their notes. Returns (ran, left out)."""
-    ran = skipped = 0
-    for page, blocks in chapter_blocks(ROOT / "docs").items():
-        needs = [block for block in blocks if block.needs_repository]
-        notes = marked((site / page.removesuffix(".md") / "index.html").read_text("utf-8"))
-        if len(notes) != len(needs) or not all(
-            "href=" in note or "ATTENTION_REPO_URL" in note for note in notes
-        ):
-            raise Failed(
-                f"{page}: {len(needs)} shown block(s) import attention_site, and the built page "
-                f"has {len(notes)} note(s) saying so that link the repository or name its setting"
-            )
-        runnable = [block.__dict__ for block in blocks if not block.needs_repository]
-        path = work / f"{page}.json"
-        path.write_text(json.dumps(runnable), encoding="utf-8")
-        done = subprocess.run([python, "-c", RUN_BLOCKS, str(path)], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
-        if done.returncode != 0:
-            report = json.loads(done.stdout.strip().splitlines()[-1]) if done.stdout else {}
-            where = runnable[report["failed"]] if "failed" in report else {"line": "?"}
-            raise Failed(
-                f"{page}: the shown block at line {where['line']} raised with the wheel alone\n"
-                f"{report.get('error', done.stderr[-2000:])}"
-            )
-        ran, skipped = ran + len(runnable), skipped + len(needs)
-    return ran, skipped
-
-
 def check(site: Path, notebook: str, torch: list[str], work: Path) -> dict[str, float]:
     """The steps of the module docstring, in `work`; their wall times in seconds."""
     wheel, script = site_files(site, notebook)
@@ -184,17 +110,6 @@ def check(site: Path, notebook: str, torch: list[str], work: Path) -> dict[str, 
         times["wheel"] = run("installing the wheel", [*pip, str(wheel)], work, env, 600)
     else:
         raise Failed(f"{script.name}'s install cell names {cell['wheel']}, not {wheel.name}")
-    # the chapters' blocks, before the notebook's cell installs matplotlib (and numpy with it)
-    blocks_start = time.perf_counter()
-    cell_installs = "wheel" not in times  # then it must install the wheel itself: removed after
-    if cell_installs:
-        run("installing the wheel", [*pip, str(wheel)], work, env, 600)
-    run("no numpy", [python, "-c", NO_NUMPY], work, env, 60)
-    ran, skipped = run_blocks(site, python, work, env)
-    if cell_installs:
-        uninstall = [python, "-m", "pip", "uninstall", "--yes", "--quiet", "literate-attention"]
-        run("removing the wheel for the notebook's cell", uninstall, work, env, 120)
-    times[f"chapters' blocks ({ran} run, {skipped} left out)"] = time.perf_counter() - blocks_start
     times["notebook"] = run(
         f"exercise {notebook}, run as a script with the site's wheel",
         [python, script.name], folder, env, 600,
