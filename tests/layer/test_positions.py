@@ -222,3 +222,24 @@ def test_a_decode_of_many_steps_compiles_flex_once() -> None:
         with torch._dynamo.config.patch(recompile_limit=1), pytest.raises(Exception, match="limit"):
             mha(x[:, :90])  # another shape, a second graph: past a limit of 1
     assert_close(torch.cat(outs, dim=1), mha(x), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("pad", ["left", "middle"])
+@pytest.mark.parametrize("mask", ["streaming", "checkerboard", "gym prefix-LM"])
+def test_padding_and_given_positions_together(mask: str, pad: str) -> None:
+    """Padding (positions -1) with offset positions for the real tokens: uncached, and for a
+    mask that takes a cache, a padded prefill then steps."""
+    mha = layer(MASKS[mask](), MODS["alibi (fused)"](), 2, True)
+    x, padding = torch.randn(B, T, D_IN, dtype=torch.float64), padded(pad)
+    assert padding is not None
+    pos = ((~padding).long().cumsum(1) - 1).clamp(min=0) + torch.tensor([[40], [7]])
+    expected = reference_attention(mha, x, padding, positions=pos)
+    real = ~padding[..., None]
+    with torch.no_grad():
+        assert_close(mha(x, padding, positions=pos) * real, expected * real, atol=ATOL, rtol=0)
+        if takes_a_cache(mha):
+            cache = mha.init_cache(B)
+            outs = [mha(x[:, :4], padding[:, :4], cache=cache, positions=pos[:, :4])]
+            outs += [mha(x[:, t : t + 1], padding[:, t : t + 1], cache=cache,
+                         positions=pos[:, t : t + 1]) for t in range(4, T)]  # fmt: skip
+            assert_close(torch.cat(outs, 1) * real, expected * real, atol=ATOL, rtol=0)
