@@ -15,6 +15,7 @@ from torch.testing import assert_close
 from attention import MultiHeadAttention
 
 
+@pytest.mark.inductor
 @pytest.mark.heavy
 @pytest.mark.xdist_group("inductor")  # on the worker that compiles the others
 def test_compiled_module_matches_eager(device: torch.device) -> None:

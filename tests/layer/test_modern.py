@@ -185,6 +185,7 @@ def test_rope_needs_an_even_head_dim() -> None:
         MultiHeadAttention(D_IN, 12, T, 0.0, 4, rope=True)
 
 
+@pytest.mark.inductor
 @pytest.mark.heavy
 @pytest.mark.xdist_group("inductor")  # on the worker that compiles the others
 def test_compiled_modern_module_matches_eager() -> None:

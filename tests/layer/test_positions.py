@@ -28,12 +28,6 @@ from tests.layer.test_masks import ATOL, D_IN, MASKS, MODS, PADDING, B, T, layer
 
 KINDS = ["offset", "gaps", "repeats", "reordered"]
 
-native = pytest.mark.skipif(
-    torch.backends.cpu.get_cpu_capability() == "DEFAULT",
-    reason="compiled FlexAttention on the CPU needs AVX2 or better: this process runs torch's "
-    "portable kernels (ATEN_CPU_CAPABILITY=default); .ci/run runs these tests natively",
-)
-
 
 def positions(kind: str, offset: int) -> torch.Tensor:
     """`(B, T)` positions of one kind; rows differ."""
@@ -167,7 +161,7 @@ def test_the_kernel_calls_are_the_plans(mask: str, mods: str, pad: str, on_flex:
             assert all(call.mask_shape is not None for call in calls)
 
 
-@native
+@pytest.mark.inductor
 @pytest.mark.heavy(seconds=150)
 @pytest.mark.parametrize(
     "rule",
@@ -200,7 +194,7 @@ def test_compiled_flex_on_the_cpu_skips_tiles_and_equals_the_reference(rule: obj
             ids[1, 150:] = 1  # refilled in place: the next call's block mask is built again
 
 
-@native
+@pytest.mark.inductor
 @pytest.mark.heavy(seconds=60)
 def test_a_decode_of_many_steps_compiles_flex_once() -> None:
     """A prefill through compiled FlexAttention, then 30 decode steps (one query each: SDPA's

@@ -246,6 +246,7 @@ def test_a_decode_step_compiles_to_one_graph(cfg_extra: dict[str, object]) -> No
     assert compiled_caches[0].length == eager_caches[0].length == 7
 
 
+@pytest.mark.inductor
 @pytest.mark.heavy(seconds=20)  # with an empty compile cache: started among the first
 @pytest.mark.xdist_group("inductor")  # one worker pays inductor's start-up for all
 def test_a_decode_step_compiles_with_inductor() -> None:
