@@ -54,6 +54,9 @@ _NEW = (0.91, 0.64, 0.24, 0.7)  # orange: what this step writes, or the bottlene
 _FAINT_INK = (*(int(_INK[i : i + 2], 16) / 255 for i in (1, 3, 5)), 0.08)  # grey on either
 _HEADS = ("#5b8def", "#e8a33d", "#4caf7a", "#d9607a")  # one colour per head drawn
 _Point = tuple[float, float]
+_WIDEST = 4.7
+"""The widest board, in inches: saved with 0.1 in of margin each side (4.9 in), a phone's column
+(358 px) shows it at 358 / (4.9 × 72) px per point, so 9 pt text at 9.1 px."""
 
 
 def _shape(t: Tensor) -> str:
@@ -68,6 +71,16 @@ def _sub(n: int) -> str:
 def _width(label: str, size: float) -> float:
     """Inches a box needs for `label` at font `size` (a generous average glyph width)."""
     return max(0.5, 0.072 * size / 10 * max(map(len, label.split("\n"))) + 0.22)
+
+
+def _span(text: str, size: float = 9) -> float:
+    """Inches one line of `text` takes at font `size`, as matplotlib lays it out."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextToPath
+
+    width, _, _ = TextToPath().get_text_width_height_descent(text, FontProperties(size=size),
+                                                             ismath=False)  # fmt: skip
+    return width / 72
 
 
 class _Board:
@@ -141,7 +154,7 @@ class _Board:
                 self.ax.add_patch(Rectangle(corner, cell, cell, fc=colour, ec=_INK, lw=0.4))
 
     def legend(self, x: float, y: float, items: Sequence[tuple[Any, str]], dx: float = 0.0,
-               dy: float = -0.4, size: float = 8.5) -> None:  # fmt: skip
+               dy: float = -0.4, size: float = 9) -> None:  # fmt: skip
         """A small swatch and its label per `(colour, label)`, each `(dx, dy)` after the last."""
         for n, (face, label) in enumerate(items):
             self.cells(x + n * dx, y + n * dy + 0.1, 1, 1, face, 0.2)
@@ -470,7 +483,7 @@ def encoder_decoder(encoder: nn.RNNBase, inputs: Tensor) -> Figure:
     with torch.no_grad():
         states, _ = encoder(inputs)  # (b, n, H)
     n, H = states.shape[1], states.shape[-1]  # the decoder writes n tokens too
-    gap, left = min(0.6, 3.6 / n), 1.0
+    gap, left = min(0.58, 3.5 / n), 0.95  # n boxes and the row names: _WIDEST at most
     board = _Board(left + gap * n + 0.2, 4.9, "the encoder-decoder, without and with attention")
     for panel, y0 in ((0, 2.75), (1, 0.6)):
         heading = (f"without: all {n} tokens pass through one vector" if panel == 0
@@ -487,7 +500,7 @@ def encoder_decoder(encoder: nn.RNNBase, inputs: Tensor) -> Figure:
                 board.arrow(a, z, width=0.7)
         if panel == 0:  # one vector for every step: a bus from h_n under the decoder
             board.box(left + gap * n / 2, y0 + 0.62, f"c = h{_sub(n)}: {H} numbers, the same at "
-                      "every step", w=gap * n - 0.14, h=0.28, fill=_NEW, size=8.5)  # fmt: skip
+                      "every step", w=gap * n - 0.14, h=0.28, fill=_NEW, size=9)  # fmt: skip
             board.arrow(enc[-1], (left + (n - 0.5) * gap, y0 + 0.48))
             for t in range(n):
                 board.arrow((left + (t + 0.5) * gap, y0 + 0.76), dec[t], width=0.6)
@@ -525,8 +538,8 @@ def kv_cache(mha: MultiHeadAttention, prompt_tokens: int, decode_steps: int,
         >>> from attention import MultiHeadAttention
         >>> mha = MultiHeadAttention(8, 8, context_length=16, dropout=0.0, num_heads=2)
         >>> texts = [t.get_text() for t in kv_cache(mha, 3, 2).axes[0].texts]
-        >>> "prefill  x (1, 3, 8)" in texts, "weights (1, 2, 1, 5)" in texts
-        (True, True)
+        >>> "prefill" in texts, "(1, 3, 8)" in texts, "(1, 2, 1, 5)" in texts  # x, weights
+        (True, True, True)
     """
     if not isinstance(mha, MultiHeadAttention):
         raise TypeError(f"mha must be a MultiHeadAttention, got {type(mha).__name__}")
@@ -550,23 +563,30 @@ def kv_cache(mha: MultiHeadAttention, prompt_tokens: int, decode_steps: int,
             chunk = x[:, start : start + (prompt_tokens if start == 0 else 1)]
             _, weights = mha(chunk, need_weights=True, cache=cache)
             calls.append((start, cache.length, _shape(chunk), _shape(weights)))
-    cell, left, top = min(0.22, 2.4 / slots), 1.6, 0.9 + 0.34 * len(calls)
-    title = "the key/value cache: prefill, then decode"
-    board = _Board(left + slots * cell + 1.65, top + 0.5, title)
+    # a table, one row per call: its name, its x, the cache's slots after it, its weights
+    names = ["prefill", *(f"decode {n}" for n in range(1, len(calls)))]
+    x_at = 0.2 + max(_span(name) for name in names)  # the x column's left edge
+    left = x_at + 0.1 + max(_span(call[2]) for call in calls)  # the slots' left edge
+    weights_w = max(_span(call[3]) for call in calls)
+    cell = min(0.22, (_WIDEST - 0.15 - left - weights_w) / slots)
+    top = 1.0 + 0.34 * len(calls)
+    board = _Board(_WIDEST, top + 0.75, "the key/value cache: prefill, then decode")
     shape = f"(b, h_kv, max_tokens, d_h) = {_shape(cache.keys)}"
-    board.text(0.05, top + 0.3, f"the cache: keys and values, each {shape}", ha="left")
+    board.text(0.05, top + 0.45, f"the cache: keys and values, each\n{shape}", ha="left")
+    board.text(x_at, top + 0.08, "x", ha="left")
+    board.text(left + slots * cell + 0.1, top + 0.08, "weights", ha="left")
     for j in range(0, slots, 1 if slots <= 12 else 4):  # the slots' positions
-        board.text(left + (j + 0.5) * cell, top + 0.08, str(j), size=8.5)
+        board.text(left + (j + 0.5) * cell, top + 0.08, str(j))
     for row, (start, length, chunk_shape, weights_shape) in enumerate(calls):
-        y = top - 0.04 - row * 0.34
+        y = top - 0.06 - row * 0.34
         board.cells(left, y, 1, slots, lambda i, j, a=start, z=length: (
             _NEW if a <= j < z else _FILL if j < z else "none"), cell)  # fmt: skip
-        name = "prefill" if row == 0 else f"decode {row}"
-        board.text(left - 0.1, y - cell / 2, f"{name}  x {chunk_shape}", ha="right")
-        board.text(left + slots * cell + 0.1, y - cell / 2, f"weights {weights_shape}", ha="left")
-    board.legend(left, 0.5, [(_NEW, "appended by this call"), (_FILL, "cached, read")], 2.0, 0)
+        board.text(0.05, y - cell / 2, names[row], ha="left")
+        board.text(x_at, y - cell / 2, chunk_shape, ha="left")
+        board.text(left + slots * cell + 0.1, y - cell / 2, weights_shape, ha="left")
+    board.legend(0.1, 0.62, [(_NEW, "appended by this call"), (_FILL, "cached, read")], 2.0, 0)
     heads = f"h = {mha.num_heads} heads · h_kv = {mha.num_kv_heads} · d_h = {mha.head_dim}"
-    return board.done(f"{heads} · each query reads every cached row")
+    return board.done(f"{heads}\neach query reads every cached row")
 
 
 def _block_shapes(block: TransformerBlock, x: Tensor) -> dict[str, Tensor]:
@@ -615,15 +635,15 @@ def transformer_block(block: TransformerBlock, x: Tensor) -> Figure:
     if x.shape[-1] != emb_dim:
         raise ValueError(f"x must be (batch, num_tokens, emb_dim={emb_dim}), got {_shape(x)}")
     t = _block_shapes(block, x)
-    board = _Board(4.9, 4.75, "a transformer block: two branches add into the stream")
-    stream, branch = 1.25, 3.55
+    board = _Board(_WIDEST, 4.75, "a transformer block: two branches add into the stream")
+    stream, branch = 1.25, 3.5
     source = board.box(stream, 0.62, f"input x\n{_shape(x)}", h=0.5)
     plus1, plus2 = board.plus(stream, 2.05), board.plus(stream, 3.55)
     output = board.box(stream, 4.2, f"output\n{_shape(t['out'])}", h=0.5)
     for a, b, shape, y in ((source, plus1, x, 1.6), (plus1, plus2, t["mid"], 3.1),
                            (plus2, output, t["out"], 3.82)):  # fmt: skip
         board.arrow(a, b, width=1.8)
-        board.text(stream - 0.1, y, _shape(shape), ha="right", size=8.5)
+        board.text(stream - 0.1, y, _shape(shape), ha="right")
     att, ff = block.att, block.ff.layers
     heads = f"{att.num_heads} heads × d_h = {att.head_dim}"
     if att.num_kv_heads != att.num_heads:
@@ -636,11 +656,11 @@ def transformer_block(block: TransformerBlock, x: Tensor) -> Figure:
         norm = board.box(branch, y_norm, f"{norm_name}: LayerNorm", w=1.45, h=0.36, size=9)
         body = board.box(branch, y_out, label, w=2.2, h=0.5 if name == "att" else 0.68, size=9)
         board.arrow((stream, y_norm), norm)
-        board.arrow(norm, body, _shape(t[norm_name]), at=(0.08, -0.04), ha="left", size=8.5)
-        board.arrow(body, plus, _shape(t[name]), at=(-0.55, 0.13), size=8.5)
+        board.arrow(norm, body, _shape(t[norm_name]), at=(0.08, -0.04), ha="left")
+        board.arrow(body, plus, _shape(t[name]), at=(-0.55, 0.13))
     board.text(0.2, 2.3, "the residual stream", rotation=90, style="italic")
     drop = block.drop_shortcut.p
-    note = f"emb_dim = {emb_dim}" + (f" · dropout {drop:g} on each branch" if drop else "")
+    note = f"emb_dim = {emb_dim}" + (f"\ndropout {drop:g} on each branch" if drop else "")
     return board.done(f"b = {x.shape[0]} · T = {x.shape[1]} tokens · {note}")
 
 
@@ -759,16 +779,16 @@ def _gqa_row(board: _Board, top: float, num_heads: int, num_kv_heads: int, head_
     reads = torch.arange(num_kv_heads).repeat_interleave(group).tolist()  # as the module does
     kind = "MHA" if group == 1 else "MQA" if num_kv_heads == 1 else f"GQA, groups of {group}"
     board.text(0.05, top, f"{kind}: h_kv = {num_kv_heads}", ha="left", weight="bold")
-    board.text(4.85, top, f"cache per token: 2 × {num_kv_heads} × {head_dim} = {per_token:,}",
-               ha="right")  # fmt: skip
-    step = 4.7 / num_heads
+    board.text(_WIDEST - 0.05, top, f"cache per token: 2 × {num_kv_heads} × {head_dim} = "
+               f"{per_token:,}", ha="right")  # fmt: skip
+    step = (_WIDEST - 0.2) / num_heads
     colour = [(*_rgb(_HEADS[j % len(_HEADS)]), 0.5) for j in range(num_kv_heads)]
     queries = [board.box(0.15 + (i + 0.5) * step, top - 0.38, str(i), w=step - 0.06, h=0.28,
-                         fill=colour[reads[i]], size=8.5) for i in range(num_heads)]  # fmt: skip
-    kv_step = 4.7 / num_kv_heads
+                         fill=colour[reads[i]], size=9) for i in range(num_heads)]  # fmt: skip
+    kv_step = (_WIDEST - 0.2) / num_kv_heads
     values = [board.box(0.15 + (j + 0.5) * kv_step, top - 1.0, f"K, V {j}" if kv_step > 0.5
                         else str(j), w=min(kv_step - 0.06, 1.2), h=0.28, fill=colour[j],
-                        size=8.5) for j in range(num_kv_heads)]  # fmt: skip
+                        size=9) for j in range(num_kv_heads)]  # fmt: skip
     for i, j in enumerate(reads):
         board.arrow(queries[i], values[j], style="-", width=0.7)
 
@@ -812,11 +832,11 @@ def gqa_groups(num_heads: int = 8, num_kv_heads: int | Sequence[int] = (8, 2, 1)
             raise ValueError(f"num_kv_heads must divide num_heads={num_heads}, got {h_kv}")
     check_size("head_dim", head_dim)
     height = max(2.3, 0.6 + 1.45 * len(rows))
-    board = _Board(4.9, height, "query heads and the key/value heads they read")
+    board = _Board(_WIDEST, height, "query heads and the key/value heads they read")
     for n, h_kv in enumerate(rows):
         _gqa_row(board, height - 0.55 - 1.45 * n, num_heads, h_kv, head_dim)
-    return board.done(f"h = {num_heads} query heads · d_h = {head_dim} · cache: numbers per "
-                      "token, one layer")  # fmt: skip
+    return board.done(f"h = {num_heads} query heads · d_h = {head_dim}\ncache: numbers per token, "
+                      "one layer")  # fmt: skip
 
 
 def _ring(board: _Board, centre: _Point, held: list[int], sinks: int, tokens: int) -> None:
@@ -834,9 +854,9 @@ def _ring(board: _Board, centre: _Point, held: list[int], sinks: int, tokens: in
         board.text(centre[0] + 0.39 * math.cos(middle), centre[1] + 0.39 * math.sin(middle),
                    "" if position < 0 else str(position))  # fmt: skip
     board.text(centre[0], centre[1] + 0.72, f"after {tokens} tokens")
-    board.text(*centre, "window", size=8.5)
+    board.text(*centre, "window")
     if sinks:
-        board.text(centre[0], centre[1] - 1.0, "sinks", size=8.5)
+        board.text(centre[0], centre[1] - 1.0, "sinks")
     cell, left = 0.26, centre[0] - sinks * 0.13
     for j, position in enumerate(held[:sinks]):
         face = "none" if position < 0 else _NEW if position == tokens - 1 else _FILL
@@ -887,11 +907,12 @@ def ring_buffer(window: int = 4, sinks: int = 2, tokens: Sequence[int] = (3, 6, 
             layer(torch.zeros(1, 1, 4), cache=cache)
             if t in counts:
                 held[t] = cache.positions[0, : cache.slots].tolist()  # each slot's position
-    board = _Board(4.9, 2.75, f"a window's cache: {window + sinks} slots, {sinks} of them sinks")
-    step = 4.9 / len(counts)
+    title = f"a window's cache: {window + sinks} slots, {sinks} of them sinks"
+    board = _Board(_WIDEST, 2.75, title)
+    step = _WIDEST / len(counts)
     for n, t in enumerate(counts):
         _ring(board, (step * (n + 0.5), 1.65), held[t], sinks, t)
     legend = [(_NEW, "the newest token"), (_FILL, "kept; the next overwrites the oldest")]
-    board.legend(0.2, 0.38, legend, 1.6, 0)
+    board.legend(0.15, 0.38, legend, 1.55, 0)
     return board.done(f"{cache.slots} slots (window {window} + sinks {sinks}) · numbers: "
                       "the positions held")  # fmt: skip

@@ -393,15 +393,6 @@ FIGURE_TEXT_JS = """
 })
 """
 SMALLEST_TEXT_PX = 9.0
-# Figures that still draw text between 7 and 9 px on a phone (issue 36): checked at 7 px until
-# each is redrawn for the phone, when its title leaves this list.
-STILL_SMALL = (
-    "the encoder-decoder, without and with attention",
-    "the key/value cache",
-    "a window's cache",
-    "query heads and the key/value heads they read",
-    "a transformer block",
-)
 
 
 def check_figure_text(page, result: PageResult) -> None:
@@ -409,11 +400,10 @@ def check_figure_text(page, result: PageResult) -> None:
     the phone's column, its text with it."""
     page.set_viewport_size({"width": 390, "height": 900})
     for fig in page.evaluate(FIGURE_TEXT_JS):
-        least = 7.0 if fig["name"].startswith(STILL_SMALL) else SMALLEST_TEXT_PX
-        if fig["least"] < least:
+        if fig["least"] < SMALLEST_TEXT_PX:
             result.problems.append(
                 f"figure {fig['name']!r}: text {fig['text']!r} drawn at {fig['least']:.1f} px "
-                f"at 390 px (< {least:g})"
+                f"at 390 px (< {SMALLEST_TEXT_PX:g})"
             )
     page.set_viewport_size({"width": 1280, "height": 900})
 
