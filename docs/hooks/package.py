@@ -19,7 +19,9 @@ yourself"; the exercises' first cell):
   page become the install command and the files' links, the wheel's contents, where the
   source lives (or how a build is told), and a module's file; a shown block that imports
   `attention_site` gets a line saying it needs the repository (`on_page_markdown`);
-- `on_page_context` links each page's footer to its source file (an API page's: its module).
+- `on_page_context` links each page's footer to its source file (an API page's: its module);
+  `on_post_build` fails the build where a built page lacks that link, or where a build that
+  does not know the repository does not say how to give it (`unlinked_pages`).
 
 Nothing built is written into the checkout: the copy, setuptools' `build/` and `*.egg-info`
 and the distributions live in the temporary directory until the site has its copies.
@@ -366,10 +368,45 @@ def page_source(package: Package, src_uri: str) -> str:
         module = ROOT.joinpath(*api["module"].split("."))
         file = module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
         path = file.relative_to(ROOT).as_posix()
-    elif api:
-        return ""  # the index is generated: no file of its own
+    elif api:  # the index is generated from the package: no file of its own
+        return f' <a class="page-source" href="{package.repository.url}">The repository</a>.'
     link = package.repository.blob(path)
     return f' <a class="page-source" href="{link}">This page\'s source</a>.'
+
+
+_PAGE_SOURCE = re.compile(r'<a class="page-source" href="(?P<href>[^"]+)"')
+HOW_TO_GIVE_PAGES = ("index.html", "start/index.html", "run/index.html")
+"""The built pages that say how to give a build the repository's address when it has none."""
+
+
+def unlinked_pages(site_dir: Path, repository: Repository | None, root: Path = ROOT) -> list[str]:
+    """The built pages that break the promise of a repository one click away, each with why.
+
+    With a repository, every page (`*.html` but `404.html`) must link it in its footer
+    (`page_source`): the repository itself, or a file that exists in the checkout at
+    `repository.ref`'s path (no dead link). Without one, the pages of `HOW_TO_GIVE_PAGES`
+    must name the setting `ATTENTION_REPO_URL`.
+    """
+    problems = []
+    if repository is None:
+        for name in HOW_TO_GIVE_PAGES:
+            page = site_dir / name
+            if not page.is_file() or REPOSITORY_SETTING not in page.read_text(encoding="utf-8"):
+                problems.append(f"{name}: does not say how to give the repository's address")
+        return problems
+    prefix = repository.blob("")
+    for page in sorted(site_dir.rglob("*.html")):
+        name = page.relative_to(site_dir).as_posix()
+        if name == "404.html":
+            continue
+        links = _PAGE_SOURCE.findall(page.read_text(encoding="utf-8"))
+        if len(links) != 1:
+            problems.append(f"{name}: {len(links)} links to its source, not 1")
+        elif links[0] != repository.url and not (
+            links[0].startswith(prefix) and (root / links[0].removeprefix(prefix)).is_file()
+        ):
+            problems.append(f"{name}: its source link {links[0]} names no file of the checkout")
+    return problems
 
 
 def needs_repository(package: Package) -> str:
@@ -430,3 +467,10 @@ def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) ->
     """The footer (docs/hooks/build.py's stamp, set just before) links the page's source."""
     config["copyright"] += page_source(_builds[-1].package, page.file.src_uri)
     return context
+
+
+def on_post_build(config: MkDocsConfig) -> None:
+    """Fail the build where a page does not link the repository (`unlinked_pages`)."""
+    problems = unlinked_pages(Path(config["site_dir"]), _builds[-1].package.repository)
+    if problems:
+        raise PluginError("the repository is not one click away:\n" + "\n".join(problems))

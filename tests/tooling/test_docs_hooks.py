@@ -202,6 +202,110 @@ def test_the_package_hook_names_the_wheel_and_knows_only_what_it_is_told() -> No
     assert given is not None and given.url == "https://example.org/r"
 
 
+def _checkout(path: Path, origin: str | None, *, commit: bool = False,
+              pushed: bool = False) -> Path:  # fmt: skip
+    """A git checkout at `path` with remote `origin`: a commit, and a remote branch holding it."""
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+
+    path.mkdir()
+    git("init", "-q")
+    if origin:
+        git("remote", "add", "origin", origin)
+    if commit:
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "c")
+    if pushed:
+        git("update-ref", "refs/remotes/origin/main", "HEAD")
+    return path
+
+
+GITHUB = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "ci/attention",
+          "GITHUB_SHA": "abc123"}  # fmt: skip
+
+
+def test_the_repository_comes_from_the_setting_then_github_then_origin(tmp_path: Path) -> None:
+    from docs.hooks.package import Repository, repository
+
+    clone = _checkout(tmp_path / "clone", "git@github.com:someone/attention.git")
+    setting = {"ATTENTION_REPO_URL": " https://example.org/r/ "}
+    assert repository({**setting, **GITHUB}, clone) == Repository("https://example.org/r", "abc123")
+    assert repository(GITHUB, clone) == Repository("https://github.com/ci/attention", "abc123")
+    assert repository({}, clone) == Repository("https://github.com/someone/attention", "HEAD")
+    assert repository(setting, tmp_path) == Repository("https://example.org/r", "HEAD")  # no git
+
+
+def test_the_repository_links_a_pushed_commit_and_never_a_local_one(tmp_path: Path) -> None:
+    import subprocess
+
+    from docs.hooks.package import repository
+
+    origin = "https://github.com/someone/attention.git"
+    local = repository({}, _checkout(tmp_path / "local", origin, commit=True))
+    pushed_at = _checkout(tmp_path / "pushed", origin, commit=True, pushed=True)
+    commit = subprocess.run(["git", "-C", str(pushed_at), "rev-parse", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    pushed = repository({}, pushed_at)
+    assert local is not None and local.ref == "HEAD"  # a local commit would be a dead link
+    assert pushed is not None and pushed.ref == commit and len(commit) == 40
+    assert pushed.blob("docs/index.md") == (
+        f"https://github.com/someone/attention/blob/{commit}/docs/index.md"
+    )
+
+
+@pytest.mark.parametrize("origin", [None, "/srv/git/attention.git", "../attention"])
+def test_without_a_web_origin_the_build_knows_no_repository_and_says_how_to_give_it(
+    tmp_path: Path, origin: str | None
+) -> None:
+    from docs.hooks import package
+
+    assert package.repository({}, _checkout(tmp_path / "c", origin)) is None
+    assert package.repository({}, tmp_path) is None  # not a checkout at all
+    assert package.repository({"ATTENTION_REPO_URL": "  "}, tmp_path) is None  # blank: unset
+    unknown = package.Package(WHEEL, "x.tar.gz")
+    for text in (package.source_text(unknown), package.repository_text(unknown),
+                 package.module_source_text(unknown, "attention/layer/fused.py"),
+                 package.needs_repository(unknown)):  # fmt: skip
+        assert "ATTENTION_REPO_URL" in text and "http" not in text
+    assert package.page_source(unknown, "index.md") == ""
+
+
+def _site(path: Path, pages: dict[str, str]) -> Path:
+    for name, html in pages.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(f"<html><body>{html}</body></html>", encoding="utf-8")
+    return path
+
+
+def test_a_built_page_without_its_source_link_is_found(tmp_path: Path) -> None:
+    from docs.hooks import package
+
+    repo = package.Repository("https://github.com/a/b", "HEAD")
+    known = package.Package(WHEEL, "x.tar.gz", None, repo)
+    footer = package.page_source(known, "grouped-query.md")
+    assert 'href="https://github.com/a/b/blob/HEAD/docs/grouped-query.md"' in footer
+    api = package.page_source(known, "api/attention.layer.fused.md")
+    assert 'href="https://github.com/a/b/blob/HEAD/attention/layer/fused.py"' in api
+    index = package.page_source(known, "api/index.md")
+    site = _site(tmp_path / "site", {"index.html": footer, "api/attention.layer.fused/index.html":
+                                     api, "api/index.html": index, "404.html": ""})  # fmt: skip
+    assert package.unlinked_pages(site, repo) == []
+    _site(site, {"tokens/index.html": "no footer link",
+                 "gone/index.html": package.page_source(known, "gone.md")})  # fmt: skip
+    assert package.unlinked_pages(site, repo) == [
+        "gone/index.html: its source link https://github.com/a/b/blob/HEAD/docs/gone.md names "
+        "no file of the checkout",
+        "tokens/index.html: 0 links to its source, not 1",
+    ]
+    told = package.repository_text(package.Package(WHEEL, "x.tar.gz"))
+    bare = _site(tmp_path / "bare", {"index.html": told, "start/index.html": told,
+                                     "run/index.html": "nothing"})  # fmt: skip
+    assert package.unlinked_pages(bare, None) == [
+        "run/index.html: does not say how to give the repository's address"
+    ]
+
+
 def test_a_wheel_with_anything_but_the_library_fails_the_build(tmp_path: Path) -> None:
     import zipfile
 
