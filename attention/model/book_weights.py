@@ -103,7 +103,7 @@ def load_weights_into_gpt(gpt: GPTModel, params: Mapping[str, Any]) -> None:
         ...     _ = book.out_head.weight.copy_(book.tok_emb.weight)  # tied, as GPT-2 is
         >>> settings, params = gpt2_to_params(book)
         >>> params["blocks"][0]["attn"]["c_attn"]["w"].shape  # (in, 3 out)
-        (32, 96)
+        torch.Size([32, 96])
         >>> gpt = GPTModel(gpt2_config(settings))
         >>> load_weights_into_gpt(gpt, params)
         >>> all(torch.equal(a, b) for a, b in zip(gpt.parameters(), book.parameters()))
@@ -141,11 +141,16 @@ def _array(value: object, name: str) -> Tensor:
 
 
 def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:
-    """`model` in the book's layout: `(settings, params)`, as `download_and_load_gpt2` returns.
+    """`model` in the book's layout: `(settings, params)`, nested as `download_and_load_gpt2`
+    returns them.
 
-    `settings` holds `hparams.json`'s keys; `params` NumPy arrays (bfloat16 as float32, which
-    holds it exactly), nested as in the book. The layout has no output head of its own: the
-    book's loader ties it to `wte`, so an untied model is refused.
+    `settings` holds `hparams.json`'s keys; `params` the weights, nested as in the book, as
+    CPU tensors (bfloat16 as float32, which holds it exactly) where the book's download holds
+    NumPy arrays of the same shapes: NumPy is not needed (nor a dependency of this package;
+    with it, `.numpy()` on a leaf gives the book's array).
+    [`load_weights_into_gpt`][attention.model.book_weights.load_weights_into_gpt] takes either.
+    The layout has no output head of its own: the book's loader ties it to `wte`, so an untied
+    model is refused.
 
     Raises:
         TypeError: `model` is not a `GPTModel`.
@@ -172,8 +177,8 @@ def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:
         tree: Any = params
         for step in path:
             tree = tree[step] if isinstance(step, int) else tree.setdefault(step, {})
-        value = read_slot(slot, like).cpu()
-        tree[leaf] = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+        value = read_slot(slot, like).cpu()  # a fresh copy: params share no memory with model
+        tree[leaf] = value.float() if value.dtype == torch.bfloat16 else value
     emb_dim = int(like.shape[1])
     settings = {"n_vocab": model.vocab_size, "n_ctx": model.context_length, "n_embd": emb_dim,
                 "n_head": blocks[0].att.num_heads, "n_layer": len(blocks)}  # fmt: skip

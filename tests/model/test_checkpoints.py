@@ -257,6 +257,30 @@ def test_the_books_layout_round_trip_is_exact(
         assert torch.equal(a, b), name
 
 
+def test_the_books_layout_needs_no_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numpy is not a dependency (the CPU torch wheel does not bring it): writing the book's
+    layout neither imports it nor converts to it, and its tensors share no memory with the
+    model."""
+    model = GPTModel(gpt2_config(SETTINGS)).to(torch.bfloat16)
+    with torch.no_grad():
+        model.out_head.weight.copy_(model.tok_emb.weight)
+
+    def unavailable(*args: object) -> None:
+        raise RuntimeError("Numpy is not available")
+
+    monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` raises ImportError
+    monkeypatch.setattr(torch.Tensor, "numpy", unavailable)
+    _, params = gpt2_to_params(model)
+    monkeypatch.undo()
+    wte = params["wte"]
+    assert isinstance(wte, torch.Tensor) and wte.dtype == torch.float32 and wte.device.type == "cpu"
+    assert wte.shape == model.tok_emb.weight.shape and not wte.requires_grad
+    wte.zero_()
+    assert bool(model.tok_emb.weight.abs().sum() > 0)  # a copy
+    as_numpy = {"g": params["g"].numpy(), "b": params["b"].numpy()}  # the book's arrays
+    assert isinstance(as_numpy["g"], np.ndarray) and as_numpy["g"].dtype == np.float32
+
+
 # --- one attention layer of Llama or Mistral ---
 
 LLAMA = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
