@@ -92,11 +92,25 @@
       pinned: null, query: null, key: null,
     };
     let model = null, run = null, intact = null, T = 0;
+    // a word model's tokens carry their leading space (" lamp"): a typed first word gets one
+    const words = vocab.some((s) => s.length > 1 && s.startsWith(" "));
+    // In the text box, JOIN marks a boundary between tokens that has no space: two tokens
+    // that meet inside a run of letters or digits ("around" then "Slow": "around\u00b7Slow",
+    // which without it reads as one word, and typed back could be read as other tokens), and
+    // a first token without a leading space (typing gives a first word one). Typing reads
+    // JOIN as that boundary. None for a model of characters, or one whose vocabulary holds it.
+    const JOIN = words && !vocab.some((s) => s.includes("\u00b7")) ? "\u00b7" : "";
+    const glued = (a, b) => /[\p{L}\p{N}]$/u.test(a) && /^[\p{L}\p{N}]/u.test(b);
+    const boxText = (ids) => typed(ids.map((k, n) => {
+      const mark = JOIN && (n ? glued(vocab[ids[n - 1]], vocab[k]) : !/^\s/.test(vocab[k]));
+      return (mark ? JOIN : "") + vocab[k];
+    }).join(""));
 
     // --- controls -------------------------------------------------------------------------
     const input = make("input", { type: "text", autocomplete: "off", spellcheck: "false" });
     const preset = options(make("select"), data.presets.map((p, k) => [String(k), p.name]));
-    const picker = options(make("select"), [["", "add a token\u2026"],
+    const ADD = "add a token\u2026";
+    const picker = options(make("select"), [["", ADD],
       ...vocab.map((s, k) => [String(k), spaced(s)]).sort((a, b) => a[1].localeCompare(b[1]))]);
     const repeat = make("button", { type: "button", class: "md-button ax-button",
       "aria-describedby": `${id}-range` }, "Repeat what I typed");
@@ -117,11 +131,12 @@
       control(`${id}-preset`, "Start from", preset), control(`${id}-add`, "Add a token", picker),
       ...(range ? [repeat] : []));
     // what the model was trained on, said where the reader types
-    const limits = make("p", { class: "ax-hint", id: `${id}-range` }, range
+    const limits = make("p", { class: "ax-hint", id: `${id}-range` }, (range
       ? `The model learned to continue repeats of ${range[0]} to ${range[1]} tokens, in ` +
         `sequences of ${maxT}: Repeat takes ${range[0]} to ${range[1]} tokens, and a sequence ` +
         `keeps its first ${maxT}.`
-      : `A sequence keeps its first ${maxT} tokens, the model's context.`);
+      : `A sequence keeps its first ${maxT} tokens, the model's context.`) +
+      (JOIN ? ` In the box, ${JOIN} marks where two tokens meet with no space between them.` : ""));
     const tempBox = control(`${id}-temperature`, "Temperature \u03c4", temp, "ax-temperature");
     tempBox.append(tempValue);
     const windowBox = control(`${id}-window`, "window w", windowIn, "ax-number");
@@ -577,9 +592,8 @@
       if (unknown.length) {
         notes.push(`Not in the model's vocabulary, left out: ${unknown.map(quoted).join(", ")}.`);
       }
-      if (ids.length > maxT) {
-        notes.push(`Only the first ${maxT} tokens are used: ` + (maxT < context
-          ? "the longest sequence the model was trained on." : "the model's context."));
+      if (ids.length > maxT) { // the rule is said under the box: here, what it did
+        notes.push(`Left out: the last ${ids.length - maxT} of the ${ids.length} tokens given.`);
       }
       const n = state.ids.length;
       const repeatable = range !== null && n >= range[0] && n <= range[1];
@@ -590,7 +604,11 @@
       }
       if (!kept.length) notes.push("No token of the vocabulary in what you typed: the sequence is unchanged.");
       setText(notice, notes.join(" "));
-      if (!fromText) input.value = typed(state.ids.map((k) => vocab[k]).join(""));
+      // a full sequence takes no token more: the control says so, and is off until one goes
+      const full = n >= maxT;
+      picker.disabled = full;
+      setText(picker.options[0], full ? `full: ${n} of ${maxT} tokens` : ADD);
+      if (!fromText) input.value = boxText(state.ids);
       state.split = Math.floor(state.ids.length / 2); // two documents: the halves (a repeat's)
       splitIn.value = String(state.split);
       build();
@@ -602,12 +620,10 @@
     }
 
     // --- events -----------------------------------------------------------------------------
-    // a word model's tokens carry their leading space (" lamp"): a typed first word gets one
-    const words = vocab.some((s) => s.length > 1 && s.startsWith(" "));
     input.addEventListener("input", () => {
       let text = untyped(input.value);
-      if (words && !text.startsWith(" ")) text = " " + text;
-      const pieces = AM.tokenize(vocab, text);
+      if (words && !text.startsWith(" ") && !(JOIN && text.startsWith(JOIN))) text = " " + text;
+      const pieces = (JOIN ? text.split(JOIN) : [text]).flatMap((part) => AM.tokenize(vocab, part));
       setSequence(pieces.filter((p) => p.id !== null).map((p) => p.id),
         pieces.filter((p) => p.id === null).map((p) => p.text), true);
     });

@@ -25,6 +25,7 @@ small (the page's explorers together add at most EXPLORER_ADDS_BYTES).
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 # A page with an explorer stays small enough to load quickly on a phone (issue 19), and the
@@ -41,6 +42,8 @@ RUNS_THE_MODEL = ("temperature", "mask", "knock out", "sequence")
 # model (repeats of 8 to 16 tokens), and a word no token of it matches.
 TYPED = " By the time we reach the end of the lamp"
 UNKNOWN = " ¤¤"
+# What the explorer says of a text longer than it takes (the rule itself is said under the box).
+CUT = re.compile(r"Left out: the last \d+ of the \d+ tokens given\.")
 
 # The explorer's options, as explorer_html wrote them.
 DATA_JS = """
@@ -75,6 +78,9 @@ STATE_JS = """
       previous: Number(r.cells[1].textContent), induction: Number(r.cells[2].textContent),
     })),
     notice: root.querySelector(".ax-notice").textContent,
+    text: root.querySelector("input[type=text]").value,
+    add: { disabled: root.querySelector("select[id$=-add]").disabled,
+           first: root.querySelector("select[id$=-add]").options[0].textContent },
     copies: (root.querySelector(".ax-top-note") || {}).textContent,
     repeatDisabled: [...root.querySelectorAll("button")].filter(
       (b) => b.textContent === "Repeat what I typed").map((b) => b.disabled),
@@ -174,6 +180,7 @@ def check_explorers(page: Any, result: Any) -> None:
         data = root.evaluate(DATA_JS)
         check_opening(root, name, data, result)
         added += check_forward(root, name, result, scripts=k == 0)
+        check_text_box(root, name, result)
         if data["repeat"]:
             check_induction(page, root, name, result)
             check_bounds(root, name, data, result)
@@ -246,10 +253,14 @@ def check_bounds(root: Any, name: str, data: dict[str, Any], result: Any) -> Non
         if not allowed and f"Repeat takes {shortest} to {longest}" not in info["notice"]:
             result.problems.append(f"{name}: {n} tokens typed, and no word of the repeats "
                                    f"the model learned: {info['notice']!r}")  # fmt: skip
-    if n != data["max_tokens"] or f"first {data['max_tokens']}" not in info["notice"]:
+    if n != data["max_tokens"] or not CUT.search(info["notice"]):
         result.problems.append(f"{name}: {n} tokens kept of a longer text, not "
                                f"{data['max_tokens']}: {info['notice']!r}")  # fmt: skip
-    _typed(root, TYPED)
+    if not info["add"]["disabled"] or not info["add"]["first"].startswith("full"):
+        result.problems.append(f"{name}: at {n} of {n} tokens, Add a token says "
+                               f"{info['add']}")  # fmt: skip
+    if _typed(root, TYPED)["add"]["disabled"]:
+        result.problems.append(f"{name}: Add a token stays off under {data['max_tokens']} tokens")
     root.get_by_role("button", name="Repeat what I typed").click()
     root.locator("select[id$=-mask]").select_option("documents")
     info = _state(root)
@@ -273,7 +284,7 @@ def check_text(root: Any, name: str, data: dict[str, Any], result: Any) -> None:
                                f"{info['notice']!r}")  # fmt: skip
     info = _typed(root, sentence * 3)
     kept = info["state"]["tokens"].split(",")
-    if len(kept) != data["max_tokens"] or f"first {data['max_tokens']}" not in info["notice"]:
+    if len(kept) != data["max_tokens"] or not CUT.search(info["notice"]):
         result.problems.append(f"{name}: {len(kept)} tokens kept of a longer text: "
                                f"{info['notice']!r}")  # fmt: skip
     if info["repeatDisabled"]:
@@ -281,6 +292,20 @@ def check_text(root: Any, name: str, data: dict[str, Any], result: Any) -> None:
     _typed(root, sentence)
     result.notes.append(f"{name}: typed {len(data['first'])} characters; at most "
                         f"{data['max_tokens']} kept")  # fmt: skip
+
+
+def check_text_box(root: Any, name: str, result: Any) -> None:
+    """Each preset's text in the box reads back as its tokens: tokens that meet inside a word
+    are marked apart (not glued into one word), and typing reads the mark as their boundary."""
+    presets = root.locator("select[id$=-preset] option").count()
+    for k in range(presets):
+        root.locator("select[id$=-preset]").select_option(index=k)
+        shown = _state(root)
+        again = _typed(root, shown["text"])
+        if again["state"]["tokens"] != shown["state"]["tokens"] or again["unknown"]:
+            result.problems.append(f"{name}: preset {k}'s text {shown['text'][:60]!r} reads "
+                                   "back as other tokens")  # fmt: skip
+    result.notes.append(f"{name}: {presets} presets' text read back as their tokens")
 
 
 def check_induction(page: Any, root: Any, name: str, result: Any) -> None:
