@@ -10,12 +10,21 @@ check runs the others with the site's wheel alone (tests/browser/check_install.p
 
 from __future__ import annotations
 
+import ast
 import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SHOWN", "Block", "chapters", "is_shown", "shown_blocks"]
+__all__ = [
+    "SHOWN",
+    "Block",
+    "chapters",
+    "is_shown",
+    "page_blocks",
+    "repository_blocks",
+    "shown_blocks",
+]
 
 SHOWN = re.compile(
     r"^(?P<indent> *)```python (?P<options>[^\n]*\bexec=[^\n]*)\n(?P<code>.*?)^(?P=indent)```$",
@@ -31,11 +40,13 @@ PARTS = ("The derivation", "What current models use")
 
 @dataclass(frozen=True)
 class Block:
-    """One shown block: where it is, its code (dedented), and whether it needs the repository."""
+    """One block: where it is, its code (dedented), whether the page shows it, its session."""
 
     page: str
     line: int  # of its opening fence, from 1
     code: str
+    shown: bool = True
+    session: str = ""  # markdown-exec's `session=`: "" runs in a namespace of its own
 
     @property
     def needs_repository(self) -> bool:
@@ -67,6 +78,62 @@ def shown_blocks(markdown: str, page: str = "") -> list[Block]:
         for match in SHOWN.finditer(markdown)
         if is_shown(match["options"])
     ]
+
+
+def page_blocks(markdown: str, page: str = "") -> list[Block]:
+    """Every block `markdown` runs, shown or hidden, in order: the page's program.
+
+    Examples:
+        >>> text = '```python exec="1" session="s"\\nx = 1\\n```\\n'
+        >>> [(b.shown, b.session) for b in page_blocks(text)]
+        [(False, 's')]
+    """
+    blocks = []
+    for match in SHOWN.finditer(markdown):
+        session = re.search(r'\bsession="([^"]*)"', match["options"])
+        line = markdown.count("\n", 0, match.start()) + 1
+        blocks.append(Block(page, line, textwrap.dedent(match["code"]), is_shown(match["options"]),
+                            session[1] if session else ""))  # fmt: skip
+    return blocks
+
+
+def _names(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """The names a block's code binds (assignments, imports, definitions) and the names it reads."""
+    bound: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+    return bound, read
+
+
+def repository_blocks(blocks: list[Block]) -> dict[Block, list[str]]:
+    """The blocks that need the repository, each with the names that make it need it: those
+    that import `attention_site` (no names), and those that read a name one of them bound
+    earlier in the same session (a figure's helper, or a value computed beside a figure).
+
+    Examples:
+        >>> code = ["from attention_site.plot import svg", "x = 1", "print(svg(x))", "y = x"]
+        >>> blocks = [Block("p.md", n, c, session="s") for n, c in enumerate(code)]
+        >>> {b.line: names for b, names in repository_blocks(blocks).items()}
+        {0: [], 2: ['svg']}
+    """
+    needs: dict[Block, list[str]] = {}
+    tainted: dict[str, set[str]] = {}  # per session: names bound by a block that needs it
+    for block in blocks:
+        names = tainted.setdefault(block.session, set()) if block.session else set()
+        bound, read = _names(ast.parse(block.code))
+        uses = sorted((read - bound) & names)  # a name it binds itself is its own
+        if block.needs_repository or uses:
+            needs[block] = [] if block.needs_repository else uses
+            names |= bound
+        else:
+            names -= bound
+    return needs
 
 
 def chapters(root: Path) -> list[str]:

@@ -40,7 +40,7 @@ import tempfile
 import time
 import tomllib
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -409,25 +409,36 @@ def unlinked_pages(site_dir: Path, repository: Repository | None, root: Path = R
     return problems
 
 
-def needs_repository(package: Package) -> str:
-    """HTML, under a shown block that imports `attention_site`: it runs in a checkout only."""
+def needs_repository(package: Package, names: Sequence[str] = ()) -> str:
+    """HTML, under a shown block that needs `attention_site`: it runs in a checkout only. The
+    block imports it, or (`names`) reads what an earlier block made with it."""
     where = (f'<a href="{package.repository.url}">the repository</a>' if package.repository
              else f"the repository (this build was not given its address: "
                   f"<code>{REPOSITORY_SETTING}</code>)")  # fmt: skip
+    what = (
+        f"uses {', '.join(f'<code>{name}</code>' for name in names)}, made above with "
+        "<code>attention_site</code>"
+        if names
+        else "imports <code>attention_site</code>"
+    )
     return (
-        f'<p class="needs-repository">This block imports <code>attention_site</code>, the '
-        f"site's tooling: it runs in a checkout of {where}, not with the wheel alone.</p>"
+        f'<p class="needs-repository">This block {what}, the site\'s tooling: it runs in a '
+        f"checkout of {where}, not with the wheel alone.</p>"
     )
 
 
 def mark_repository_blocks(markdown: str, package: Package) -> str:
-    """Each shown block that imports `attention_site` followed by `needs_repository`."""
-    from attention_site.pages import SHOWN, Block, is_shown
+    """Each shown block that needs `attention_site` followed by `needs_repository`: the blocks
+    that import it, and those that read what they made (`attention_site.pages`)."""
+    from attention_site.pages import SHOWN, is_shown, page_blocks, repository_blocks
+
+    needs = {block.line: names for block, names in repository_blocks(page_blocks(markdown)).items()}
 
     def mark(match: re.Match[str]) -> str:
-        if not is_shown(match["options"]) or not Block("", 0, match["code"]).needs_repository:
+        line = markdown.count("\n", 0, match.start()) + 1
+        if not is_shown(match["options"]) or line not in needs:
             return match[0]
-        return f"{match[0]}\n\n{match['indent']}{needs_repository(package)}"
+        return f"{match[0]}\n\n{match['indent']}{needs_repository(package, needs[line])}"
 
     return SHOWN.sub(mark, markdown)
 

@@ -18,14 +18,22 @@ It does what a reader of "Run it yourself" does, with the site's own files:
    where it names the published URL, which need not exist yet, the wheel from `site/dist/` is
    installed first, and the cell installs the rest (matplotlib).
 
-Then `attention` must import from the environment, not the checkout, and `attention_site` (not
-in the wheel) must not import at all. Any failure prints what failed and the run's output, and
+Before step 3, while the environment holds torch and the wheel only (no numpy, no
+matplotlib), chapters 3 to 16 run there as their pages run them: each page's blocks, hidden
+ones included (a figure's or a check's setup is part of the page's program), in order, one
+namespace per markdown-exec session, each block's output discarded. The blocks that need
+`attention_site` (`attention_site.pages.repository_blocks`: they import it, or read what such
+a block made) are left out, and the built page must say so under each shown one and link the
+repository or name its setting (docs/hooks/package.py); the check prints them. Then
+`attention` must import from the environment, not the checkout, and `attention_site` (not in
+the wheel) must not import at all. Any failure prints what failed and the run's output, and
 exits 1. Offline where pip's configuration has local wheels (`PIP_FIND_LINKS`, a local index).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -34,6 +42,34 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # attention_site.pages: what a page runs (the checkout's)
+from attention_site.pages import chapters, page_blocks, repository_blocks  # noqa: E402
+
+FIRST, LAST = 3, 16
+"""The chapters whose blocks run with the wheel alone (1 and 2 draw and train)."""
+
+RUN_BLOCKS = """\
+import contextlib, io, json, sys, traceback
+spaces = {}
+for number, block in enumerate(json.load(open(sys.argv[1]))):
+    session = block["session"]
+    namespace = spaces.setdefault(session, {"__name__": "__main__"}) if session else {}
+    namespace.setdefault("__name__", "__main__")
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(block["code"], f"{block['page']}:{block['line']}", "exec"), namespace)
+    except BaseException:
+        print(json.dumps({"failed": number, "error": traceback.format_exc()[-1500:]}))
+        sys.exit(1)
+"""
+"""Run a page's blocks (a JSON list) in order, a namespace per session; stop at one that raises."""
+
+NO_NUMPY = """\
+import importlib.util
+assert importlib.util.find_spec("numpy") is None, "numpy is installed: the check needs it absent"
+"""
 
 CHECK_IMPORTS = """\
 import importlib.util, sys
@@ -90,6 +126,46 @@ def site_files(site: Path, notebook: str) -> tuple[Path, Path]:
     return wheels[0], script
 
 
+def marked(html: str) -> list[str]:
+    """The built page's notes under blocks that need the repository (docs/hooks/package.py)."""
+    return re.findall(r'<p class="needs-repository">(.*?)</p>', html, re.DOTALL)
+
+
+def run_blocks(site: Path, python: str, work: Path, env: dict[str, str]) -> list[str]:
+    """Chapters FIRST to LAST run page by page in the environment, but the blocks that need
+    the repository; each page's notes checked. Returns a line per page: what ran, what not."""
+    report = []
+    for page in chapters(ROOT)[FIRST - 1 : LAST]:
+        blocks = page_blocks((ROOT / "docs" / page).read_text(encoding="utf-8"), page)
+        needs = repository_blocks(blocks)
+        shown = [block for block in needs if block.shown]
+        notes = marked((site / page.removesuffix(".md") / "index.html").read_text("utf-8"))
+        if len(notes) != len(shown) or not all(
+            "href=" in note or "ATTENTION_REPO_URL" in note for note in notes
+        ):
+            raise Failed(
+                f"{page}: {len(shown)} shown block(s) need attention_site (lines "
+                f"{[block.line for block in shown]}), and the built page has {len(notes)} "
+                "note(s) saying so that link the repository or name its setting"
+            )
+        runnable = [block.__dict__ for block in blocks if block not in needs]
+        path = work / f"{page}.json"
+        path.write_text(json.dumps(runnable), encoding="utf-8")
+        done = subprocess.run([python, "-c", RUN_BLOCKS, str(path)], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        if done.returncode != 0:
+            lines = done.stdout.strip().splitlines()
+            failed = json.loads(lines[-1]) if lines else {}
+            where = runnable[failed["failed"]] if "failed" in failed else {"line": "?"}
+            raise Failed(
+                f"{page}: the block at line {where['line']} raised with the wheel alone\n"
+                f"{failed.get('error', done.stderr[-2000:])}"
+            )
+        left = ", ".join(f"{block.line}{'' if block.shown else ' (hidden)'}" for block in needs)
+        report.append(f"{page}: {len(runnable)} blocks ran; need attention_site: {left or 'none'}")
+    return report
+
+
 def check(site: Path, notebook: str, torch: list[str], work: Path) -> dict[str, float]:
     """The steps of the module docstring, in `work`; their wall times in seconds."""
     wheel, script = site_files(site, notebook)
@@ -110,6 +186,18 @@ def check(site: Path, notebook: str, torch: list[str], work: Path) -> dict[str, 
         times["wheel"] = run("installing the wheel", [*pip, str(wheel)], work, env, 600)
     else:
         raise Failed(f"{script.name}'s install cell names {cell['wheel']}, not {wheel.name}")
+    # the chapters' blocks, before the notebook's cell installs matplotlib (and numpy with it)
+    blocks_start = time.perf_counter()
+    cell_installs = "wheel" not in times  # then it must install the wheel itself: removed after
+    if cell_installs:
+        run("installing the wheel", [*pip, str(wheel)], work, env, 600)
+    run("no numpy", [python, "-c", NO_NUMPY], work, env, 60)
+    for line in run_blocks(site, python, work, env):
+        print(f"     {line}")
+    if cell_installs:
+        uninstall = [python, "-m", "pip", "uninstall", "--yes", "--quiet", "literate-attention"]
+        run("removing the wheel for the notebook's cell", uninstall, work, env, 120)
+    times["chapters' blocks"] = time.perf_counter() - blocks_start
     times["notebook"] = run(
         f"exercise {notebook}, run as a script with the site's wheel",
         [python, script.name], folder, env, 600,
