@@ -364,12 +364,13 @@ def page_source(package: Package, src_uri: str) -> str:
         return ""
     path = f"docs/{src_uri}"
     api = re.fullmatch(r"api/(?P<module>[\w.]+)\.md", src_uri)
-    if api and api["module"] != "index":
+    if api:  # a module's page: its package's __init__.py, else its .py (as Python finds it)
         module = ROOT.joinpath(*api["module"].split("."))
-        file = module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
+        files = [module / "__init__.py", module.with_suffix(".py")]
+        file = next((file for file in files if file.is_file()), None)
+        if file is None:  # the index and the nav: generated, no file of their own
+            return f' <a class="page-source" href="{package.repository.url}">The repository</a>.'
         path = file.relative_to(ROOT).as_posix()
-    elif api:  # the index is generated from the package: no file of its own
-        return f' <a class="page-source" href="{package.repository.url}">The repository</a>.'
     link = package.repository.blob(path)
     return f' <a class="page-source" href="{link}">This page\'s source</a>.'
 

@@ -288,8 +288,12 @@ def test_a_built_page_without_its_source_link_is_found(tmp_path: Path) -> None:
     api = package.page_source(known, "api/attention.layer.fused.md")
     assert 'href="https://github.com/a/b/blob/HEAD/attention/layer/fused.py"' in api
     index = package.page_source(known, "api/index.md")
+    results = package.page_source(known, "api/attention_bench.results.md")  # beside results/
+    assert 'href="https://github.com/a/b/blob/HEAD/attention_bench/results.py"' in results
+    assert 'href="https://github.com/a/b"' in package.page_source(known, "api/SUMMARY.md")
     site = _site(tmp_path / "site", {"index.html": footer, "api/attention.layer.fused/index.html":
-                                     api, "api/index.html": index, "404.html": ""})  # fmt: skip
+                                     api, "api/index.html": index, "404.html": "",
+                                     "api/attention_bench.results/index.html": results})  # fmt: skip
     assert package.unlinked_pages(site, repo) == []
     _site(site, {"tokens/index.html": "no footer link",
                  "gone/index.html": package.page_source(known, "gone.md")})  # fmt: skip
