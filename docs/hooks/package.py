@@ -412,13 +412,13 @@ def unlinked_pages(site_dir: Path, repository: Repository | None, root: Path = R
 
 def needs_repository(package: Package, names: Sequence[str] = ()) -> str:
     """HTML, under a shown block that needs `attention_site`: it runs in a checkout only. The
-    block imports it, or (`names`) reads what an earlier block made with it."""
+    block imports it, or (`names`) reads what an earlier block that needs it defined."""
     where = (f'<a href="{package.repository.url}">the repository</a>' if package.repository
              else f"the repository (this build was not given its address: "
                   f"<code>{REPOSITORY_SETTING}</code>)")  # fmt: skip
     what = (
-        f"uses {', '.join(f'<code>{name}</code>' for name in names)}, made above with "
-        "<code>attention_site</code>"
+        f"uses {', '.join(f'<code>{name}</code>' for name in names)}, defined by an earlier "
+        "block that needs <code>attention_site</code>"
         if names
         else "imports <code>attention_site</code>"
     )

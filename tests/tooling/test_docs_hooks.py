@@ -271,6 +271,22 @@ def test_without_a_web_origin_the_build_knows_no_repository_and_says_how_to_give
     assert package.page_source(unknown, "index.md") == ""
 
 
+def test_shown_blocks_that_need_attention_site_say_so_and_link_the_repository() -> None:
+    from docs.hooks import package
+
+    fence = '```python exec="1" source="block" session="s"\n{}\n```\n\n'
+    markdown = "".join(fence.format(code) for code in (
+        "from attention_site.plot import svg\nx = 1", "y = 2", "print(svg(x + y))", "x = 3",
+        "print(x)"))  # fmt: skip
+    repo = package.Repository("https://github.com/a/b")
+    out = package.mark_repository_blocks(markdown, package.Package(WHEEL, "x.tar.gz", None, repo))
+    notes = [line for line in out.splitlines() if "needs-repository" in line]
+    assert len(notes) == 2 and all('href="https://github.com/a/b"' in note for note in notes)
+    assert "This block imports <code>attention_site</code>" in notes[0]
+    assert "uses <code>svg</code>, <code>x</code>, defined by an earlier block" in notes[1]
+    assert out.index(notes[1]) < out.index("x = 3")  # under the third block; x = 3 is its own
+
+
 def _site(path: Path, pages: dict[str, str]) -> Path:
     for name, html in pages.items():
         (path / name).parent.mkdir(parents=True, exist_ok=True)
