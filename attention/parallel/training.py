@@ -1,4 +1,4 @@
-"""Training across processes: data parallel (DDP, FSDP2) and sequence parallel (ring attention).
+r"""Training across processes: data parallel (DDP, FSDP2) and sequence parallel (ring attention).
 
 One step on a global batch, three ways over $P$ processes, each equal to one process's step:
 
@@ -9,8 +9,8 @@ One step on a global batch, three ways over $P$ processes, each equal to one pro
 - **Ring** (sequence parallel): every process holds the whole model and all the rows, but
   $1/P$ of each sequence (a zigzag shard); each block's attention is
   [`ring_attention`][attention.parallel.ring.ring_attention] and everything else is per token.
-  Process $r$'s loss is $\\sum_{i \\in \\text{shard } r} \\ell_i / N$ ($N$ the batch's tokens), so the
-  losses and gradients summed over processes are the global mean's.
+  Process $r$'s loss is $\sum_{i \in \text{shard } r} \ell_i / N$ ($N$ the batch's
+  tokens), so the losses and gradients summed over processes are the global mean's.
 
 [`train_steps`][attention.parallel.training.train_steps] runs one of them in each process (or
 the single-process step); the model comes from a function, so this module knows no model.
@@ -31,7 +31,7 @@ from attention.layer.tokens import Tokens
 from attention.parallel.ring import ring_attention
 from attention.parallel.shards import zigzag_shard
 
-__all__ = ["RingAttention", "ring_layers", "train_steps"]
+__all__ = ["RingAttention", "compare_training", "ring_layers", "train_steps"]
 
 HOW = ("single", "ddp", "fsdp", "ring")
 
@@ -50,8 +50,10 @@ class RingAttention(nn.Module):
     def __init__(self, att: MultiHeadAttention, group: dist.ProcessGroup | None = None) -> None:
         super().__init__()
         if att.sink_logits is not None or att.scale is not None or att.dropout.p:
-            raise ValueError("RingAttention: att must have no sink logit, the default scale and "
-                             f"dropout 0, got {att.extra_repr()}, dropout={att.dropout.p}")  # fmt: skip
+            raise ValueError(
+                "RingAttention: att must have no sink logit, the default scale and dropout 0, "
+                f"got {att.extra_repr()}, dropout={att.dropout.p}"
+            )
         self.att, self.group = att, group
 
     def forward(
@@ -105,6 +107,9 @@ def _setup(
         return DistributedDataParallel(model), ids, targets, None
     from torch.distributed.fsdp import fully_shard
 
+    with torch.no_grad():  # FSDP2 shards contiguous parameters only (GPTModel's are transposed)
+        for p in model.parameters():
+            p.data = p.data.contiguous()
     for child in model.modules():  # each block its own unit, then the rest
         if type(child).__name__ == "TransformerBlock":
             fully_shard(child)
@@ -164,7 +169,8 @@ def train_steps(
             total = total if how == "ring" else total / world
         if how == "ring":
             for p in model.parameters():  # each process's tokens' share of the gradient
-                dist.all_reduce(p.grad)  # type: ignore[arg-type]
+                assert p.grad is not None
+                dist.all_reduce(p.grad)
         losses.append(float(total))
         if step == 0:
             grads = {_name(n): _full(p.grad) for n, p in model.named_parameters()}  # type: ignore[arg-type]
@@ -176,3 +182,42 @@ def train_steps(
 def _name(name: str) -> str:
     """A parameter's name in the plain model (without DDP's `module.`, RingAttention's `att.`)."""
     return name.removeprefix("module.").replace("att.att.", "att.")
+
+
+def _compare(
+    rank: int, world: int, make_model: Callable[[], nn.Module], ids: Tensor, targets: Tensor,
+    steps: int,
+) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """In each process: DDP, FSDP2 and the ring, one after the other."""
+    return {how: train_steps(rank, world, make_model, ids, targets, how, steps=steps)
+            for how in ("ddp", "fsdp", "ring")}  # fmt: skip
+
+
+def compare_training(
+    make_model: Callable[[], nn.Module],
+    ids: Tensor,
+    targets: Tensor,
+    *,
+    world: int = 2,
+    steps: int = 2,
+    timeout: float = 120.0,
+) -> dict[str, dict[str, Any]]:
+    """One process's steps against DDP, FSDP2 and the ring on `world` gloo processes (one spawn).
+
+    Returns:
+        By way (`"single"`, `"ddp"`, `"fsdp"`, `"ring"`): its `losses`, and beside the
+        single process's, `grad_error` and `param_error`, the largest difference of any
+        first-step gradient and of any parameter after the last step.
+    """
+    from attention.parallel.launch import spawn
+
+    single = train_steps(0, 1, make_model, ids, targets, "single", steps=steps)
+    ranks = spawn(_compare, world, make_model, ids, targets, steps, timeout=timeout)
+    found: dict[str, dict[str, Any]] = {"single": {"losses": single["losses"]}}
+    for how, run in ranks[0].items():
+        found[how] = {"losses": run["losses"]}
+        for key in ("grads", "params"):
+            found[how][f"{key[:-1]}_error"] = max(
+                float((run[key][name] - want).abs().max()) for name, want in single[key].items()
+            )
+    return found
