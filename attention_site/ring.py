@@ -55,23 +55,19 @@ def _median_ms(fn: Any, repeat: int = 3) -> float:
     return 1000 * sorted(times)[repeat // 2]
 
 
-def _timings(rank: int) -> list[tuple[int, float, float]]:
-    """Per block of n tokens (8 heads of 64, float32): compute ms, one-way transfer ms."""
-    rows = []
-    for n in SIZES:
-        q, k, v = (torch.randn(1, 8, n, 64) for _ in range(3))
-        pos = torch.arange(n)[None]
-        compute = _median_ms(lambda: block_attention(q, k, v, pos, pos, everything()))
-        peer = 1 - rank
+def _timing(rank: int, n: int) -> tuple[int, float, float]:
+    """One block of `n` tokens (8 heads of 64, float32): compute ms, one-way transfer ms."""
+    q, k, v = (torch.randn(1, 8, n, 64) for _ in range(3))
+    pos = torch.arange(n)[None]
+    compute = _median_ms(lambda: block_attention(q, k, v, pos, pos, everything()))
 
-        def ping() -> None:  # k and v there and back: one step's transfer, twice
-            for sender in (0, 1):
-                for t in (k, v):
-                    (dist.send if rank == sender else dist.recv)(t, peer)
+    def ping() -> None:  # k and v there and back: one step's transfer, twice
+        for sender in (0, 1):
+            for t in (k, v):
+                (dist.send if rank == sender else dist.recv)(t, 1 - rank)
 
-        dist.barrier()
-        rows.append((n, compute, _median_ms(ping) / 2))
-    return rows
+    dist.barrier()
+    return n, compute, _median_ms(ping) / 2
 
 
 def _context_parallel(world: int) -> str:
@@ -93,9 +89,10 @@ def _chapter(rank: int, world: int, ids: Tensor, targets: Tensor) -> dict[str, A
     make = functools.partial(GPTModel, GPT_TINY)
     return {
         "ring_error": _ring_error(rank, world),
-        "timings": _timings(rank),
-        "training": {how: train_steps(rank, world, make, ids, targets, how)
-                     for how in ("ddp", "fsdp", "ring")},  # fmt: skip
+        "timings": [_timing(rank, n) for n in SIZES],
+        "training": {
+            how: train_steps(rank, world, make, ids, targets, how) for how in ("ddp", "fsdp", "ring")
+        },
         "context_parallel": _context_parallel(world),
         "tokens": zigzag_shard(ids, None, rank, world)[0].shape[1],
     }
