@@ -91,7 +91,8 @@ def _chapter(rank: int, world: int, ids: Tensor, targets: Tensor) -> dict[str, A
         "ring_error": _ring_error(rank, world),
         "timings": [_timing(rank, n) for n in SIZES],
         "training": {
-            how: train_steps(rank, world, make, ids, targets, how) for how in ("ddp", "fsdp", "ring")
+            how: train_steps(rank, world, make, ids, targets, how)
+            for how in ("ddp", "fsdp", "ring")
         },
         "context_parallel": _context_parallel(world),
         "tokens": zigzag_shard(ids, None, rank, world)[0].shape[1],
