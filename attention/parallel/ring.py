@@ -32,7 +32,17 @@ from attention.layer.masks import Mask, as_mask, causal
 from attention.layer.score_mods import ScoreMod, as_score_mods
 from attention.parallel.blocks import block_attention, block_backward, hidden, merge
 
-__all__ = ["Shard", "ring_attention"]
+__all__ = ["Shard", "held", "ring_attention"]
+
+
+def held(rank: int, step: int, world: int) -> int:
+    """Whose key/value block process `rank` holds at `step`: $(r - t) \\bmod P$.
+
+    Examples:
+        >>> [[held(r, t, 3) for r in range(3)] for t in range(3)]  # steps down, processes across
+        [[0, 1, 2], [2, 0, 1], [1, 2, 0]]
+    """
+    return (rank - step) % world
 
 
 @dataclass(frozen=True)
@@ -140,8 +150,8 @@ class Ring:
         return dist.get_global_rank(group, (self.rank + offset) % self.world)
 
     def owner(self, step: int) -> int:
-        """Whose block this process holds at `step`: $(r - t) \\bmod P$."""
-        return (self.rank - step) % self.world
+        """Whose block this process holds at `step`."""
+        return held(self.rank, step, self.world)
 
     def skips(self, mask: Mask, step: int) -> bool:
         """Whether the mask's bounds hide the block held at `step` from this process's queries."""
