@@ -39,7 +39,7 @@ from torch import Tensor
 from attention.layer.masks import Bounds, Mask, evaluate, indices
 from attention.layer.score_mods import ScoreMod
 
-__all__ = ["block_attention", "block_backward", "hidden", "merge"]
+__all__ = ["block_attention", "block_backward", "block_cost", "hidden", "merge"]
 
 
 def scores(
@@ -182,3 +182,20 @@ def hidden(bounds: Bounds, q_range: tuple[int, int], k_range: tuple[int, int]) -
         return True  # every key lies after every query: j > i
     reach = bounds.reach
     return reach is not None and q_lo - k_hi >= reach and k_lo >= bounds.anchor
+
+
+def block_cost(
+    tokens: int, heads: int, kv_heads: int, head_dim: int, itemsize: int = 2
+) -> tuple[int, int]:
+    """One ring step without skipping, for one row: its floating-point operations and the bytes
+    of the key/value block it passes on.
+
+    $4\\,h\\,n^2 d$ operations ($Q K^\\top$ and $P V$, a multiply and an add each) against
+    $2\\,h_{kv}\\,n\\,d$ numbers sent: compute grows with the block's length squared, the
+    transfer with its length.
+
+    Examples:
+        >>> block_cost(4096, heads=32, kv_heads=8, head_dim=128)  # bfloat16
+        (274877906944, 16777216)
+    """
+    return 4 * heads * tokens**2 * head_dim, 2 * kv_heads * tokens * head_dim * itemsize
