@@ -8,6 +8,8 @@ explicit formula over the whole sequence in one process, float64, to 1e-10.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -160,3 +162,34 @@ def test_blocks_merged_equal_attention_in_one_process(name: str) -> None:
         assert torch.allclose(grads[2], full[2].grad[:, :, part], rtol=0, atol=1e-12)
     assert full[0].grad is not None
     assert torch.allclose(dq, full[0].grad, rtol=0, atol=1e-12)
+
+
+@pytest.fixture
+def alone() -> Iterator[None]:
+    """A gloo group of one process, this one (the ring of one: no transfer)."""
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1,
+                            timeout=timedelta(seconds=30))  # fmt: skip
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_ring_of_one_process_is_attention_and_checks_its_shard(alone: None) -> None:
+    mask, mods, pos = cases()["sinks"]
+    q, k, v, d_out = inputs()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = ring_attention(*leaves, pos, mask=mask)
+    out.backward(d_out)
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = explicit(*full, pos, mask, mods)
+    want.backward(d_out)
+    assert torch.allclose(out, want, rtol=0, atol=1e-12)
+    for mine, theirs in zip(leaves, full, strict=True):
+        assert mine.grad is not None and theirs.grad is not None
+        assert torch.allclose(mine.grad, theirs.grad, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"rank 0: positions must be integers of shape"):
+        ring_attention(q, k, v, pos[0])
+    with pytest.raises(ValueError, match=r"rank 0: k must have q's head_dim=4"):
+        ring_attention(q, k[..., :3], v, pos)
