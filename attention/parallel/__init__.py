@@ -6,8 +6,10 @@
   around a ring of processes.
 - [`attention.parallel.shards`][attention.parallel.shards]: contiguous and zigzag shards, with
   their positions.
+- [`attention.parallel.training`][attention.parallel.training]: a model trained across
+  processes (DDP, FSDP2, ring attention in every layer) against one process.
 - [`attention.parallel.launch`][attention.parallel.launch]: processes joined in a group, with
-  bounded waits (tests, pages, exercises).
+  bounded waits (tests, pages).
 """
 
 from attention.parallel.blocks import block_attention, merge
