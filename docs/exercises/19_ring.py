@@ -11,6 +11,7 @@
 
 # %%
 import torch
+
 from attention.layer.masks import causal, window
 from attention.parallel import (
     block_attention,
