@@ -132,9 +132,14 @@ def block_backward(
     """One block's share of the gradients, recomputed from the final `lse` and $D$ (`delta`).
 
     Args:
-        q, k, v: as for [`block_attention`][attention.parallel.blocks.block_attention].
-        q_pos, k_pos: their positions.
-        mask, mods: the mask and score modifiers.
+        q: the queries `(b, h, T, d)`, as for
+            [`block_attention`][attention.parallel.blocks.block_attention].
+        k: the block's keys `(b, h_kv, S, d)`.
+        v: its values `(b, h_kv, S, d_v)`.
+        q_pos: the queries' positions `(b, T)`.
+        k_pos: the keys' positions `(b, S)`.
+        mask: the mask.
+        mods: the score modifiers.
         d_out: $dO$ `(b, h, T, d_v)`.
         lse: the final $\\ell$ `(b, h, T)` over every block.
         delta: $D = \\operatorname{rowsum}(dO \\circ O)$, `(b, h, T)`.

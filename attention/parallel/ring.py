@@ -52,8 +52,10 @@ class Shard:
     Attributes:
         rank: the process's rank in the group.
         tokens: its tokens (the shard's length).
-        low, high: its smallest and largest position among real tokens (`low > high`: none).
-        shapes: `(q, k, v)` shapes; `dtype`: their dtype, as a string.
+        low: its smallest position among real tokens.
+        high: its largest (`low > high`: no real token).
+        shapes: the shapes of its `(q, k, v)`.
+        dtype: their dtype, as a string.
         error: what is wrong with this process's arguments, or None.
     """
 

@@ -137,7 +137,8 @@ def train_steps(
     """`steps` SGD steps of next-token cross-entropy, in one process of `world` (or alone).
 
     Args:
-        rank, world: this process, and how many share the work (`how="single"`: ignored).
+        rank: this process (`how="single"`: ignored).
+        world: how many processes share the work.
         make_model: builds the model (seeded here with 0, then cast to float64): the same
             weights in every process.
         ids: the global batch of token ids, `(batch, tokens)`, the same in every process.
