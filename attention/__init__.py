@@ -8,6 +8,9 @@ it (and [`attention.checks`][attention.checks], the argument checks every floor 
    multi-head wrapper, and the functional core they share.
 2. [`attention.layer`][attention.layer]: the production `MultiHeadAttention`: masks and score
    modifiers as functions, the planner that picks the kernel call, RoPE, sinks and the cache.
+   Beside it, on the same floor, [`attention.parallel`][attention.parallel]: attention across
+   processes (ring attention on `torch.distributed`, zigzag shards, training with DDP, FSDP2
+   or the ring), from the layer's masks.
 3. [`attention.model`][attention.model]: the book's GPT on that layer, generation, and
    checkpoints in and out (Hugging Face's GPT-2, Llama-family attention layers).
 4. [`attention.lab`][attention.lab]: the chapters' experiments: the RNN copy task, the

@@ -90,7 +90,7 @@ def test_the_distribution_has_a_name_of_its_own() -> None:
     assert "`literate-attention`" in readme and "the import is `import attention`" in readme
 
 
-FLOORS = {"checks": 0, "derivation": 1, "layer": 2, "model": 3, "lab": 4}
+FLOORS = {"checks": 0, "derivation": 1, "layer": 2, "parallel": 2, "model": 3, "lab": 4}
 """`attention`'s floors, bottom-up: a module imports from its own floor and those below."""
 
 

@@ -1,0 +1,44 @@
+"""Training across processes equals training in one: DDP, FSDP2 and ring attention, float64."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from attention import GPTModel, MultiHeadAttention
+from attention.parallel.training import RingAttention, compare_training, ring_layers
+
+CFG = {"vocab_size": 50, "context_length": 16, "emb_dim": 16, "n_heads": 4, "n_layers": 2,
+       "drop_rate": 0.0, "qkv_bias": False}  # fmt: skip
+
+
+@pytest.mark.heavy(seconds=40)
+def test_ddp_fsdp_and_ring_steps_equal_one_process() -> None:
+    """Two gloo processes, the global batch (4 rows of 16 tokens): the ring's processes hold 8
+    tokens of each row, the data-parallel ones 2 whole rows."""
+    seq = torch.randint(0, 50, (4, 17), generator=torch.Generator().manual_seed(1))
+    found = compare_training(functools.partial(GPTModel, CFG), seq[:, :-1], seq[:, 1:], steps=2)
+    want = found["single"]["losses"]
+    assert want[1] < want[0]  # it trains
+    for how in ("ddp", "fsdp", "ring"):
+        run = found[how]
+        assert run["losses"] == pytest.approx(want, rel=0, abs=1e-12), how
+        assert run["grad_error"] < 1e-12 and run["param_error"] < 1e-12, (how, run)
+
+
+def test_ring_layers_wrap_every_attention_and_keep_the_parameters() -> None:
+    model = GPTModel(CFG)
+    names = [n for n, _ in model.named_parameters()]
+    ring_layers(model)
+    assert all(isinstance(block.att, RingAttention) for block in model.blocks)
+    assert [n.replace("att.att.", "att.") for n, _ in model.named_parameters()] == names
+
+
+def test_ring_attention_refuses_what_it_cannot_compute() -> None:
+    with pytest.raises(ValueError, match="dropout 0"):
+        RingAttention(MultiHeadAttention(8, 8, 4, dropout=0.1, num_heads=2))
+    ring = RingAttention(MultiHeadAttention(8, 8, 4, dropout=0.0, num_heads=2))
+    with pytest.raises(ValueError, match="needs positions"):
+        ring(torch.zeros(1, 4, 8))
