@@ -26,7 +26,13 @@ from attention.layer.fused import Options, Plan, plan_call, run
 from attention.layer.masks import Mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.layer.probe import probe
-from attention.layer.qk_norm import QKNormKind, apply_qk_norm, check_qk_norm, qk_norms
+from attention.layer.qk_norm import (
+    QKNormKind,
+    RMSNorm,
+    apply_qk_norm,
+    check_qk_norm,
+    qk_norms,
+)
 from attention.layer.rope_scaling import RopeScaling, as_rope_scaling
 from attention.layer.score_mods import ScoreMod, as_score_mods
 from attention.layer.spec import AttentionSpec, Specified
@@ -247,6 +253,8 @@ class MultiHeadAttention(Specified, nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
         self.q_norm, self.k_norm = (qk_norms(qk_norm, num_heads, num_kv_heads, self.head_dim,
                                              qk_norm_eps) if qk_norm else (None, None))  # fmt: skip
         self.register_load_state_dict_pre_hook(convert.drop_book_mask)  # type: ignore[no-untyped-call]

@@ -90,6 +90,7 @@ def apply_qk_norm(
         return q_norm(q), k_norm(k)  # (b, T, h d_h) together
 
     def per_head(norm: RMSNorm, x: Tensor) -> Tensor:
-        return norm(x.unflatten(-1, (-1, head_dim))).flatten(-2)  # (b, T, heads, d_h) normed
+        normed: Tensor = norm(x.unflatten(-1, (-1, head_dim)))  # (b, T, heads, d_h)
+        return normed.flatten(-2)
 
     return per_head(q_norm, q), per_head(k_norm, k)

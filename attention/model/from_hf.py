@@ -91,7 +91,7 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel:
             f"hf_model must be a transformers *ForCausalLM (a module with a config), got "
             f"{type(hf_model).__name__}"
         )
-    settings = config.to_dict()
+    settings: dict[str, Any] = config.to_dict()  # type: ignore[union-attr]
     _refuse(settings)
     state = _with_gains(hf_model, dict(hf_model.state_dict()))
     n_layers = int(settings["num_hidden_layers"])
@@ -100,7 +100,8 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel:
         attention_from_llama(state, config, prefix=f"model.layers.{i}.self_attn.", layer=i)
         for i in range(n_layers)
     ]
-    embedding, head = hf_model.get_input_embeddings(), hf_model.get_output_embeddings()
+    embedding: Any = getattr(hf_model, "get_input_embeddings")()  # noqa: B009
+    head: Any = getattr(hf_model, "get_output_embeddings")()  # noqa: B009
     tied = head is not None and head.weight is embedding.weight
     scale = getattr(embedding, "embed_scale", None)
     cfg = {"vocab_size": settings["vocab_size"], "context_length": layers[0].context_length,
@@ -149,7 +150,7 @@ def _activation(settings: Mapping[str, Any]) -> str:
 def _gain_offset(module: nn.Module) -> float:
     """0 if `module` computes x / rms(x) * g (Llama), 1 if x / rms(x) * (1 + g) (Gemma):
     found by running it on a probe; anything else is refused."""
-    weight = module.weight.detach()
+    weight: Tensor = getattr(module, "weight").detach()  # noqa: B009
     generator = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(3, weight.shape[0], generator=generator).to(weight.device, weight.dtype)
     eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))

@@ -152,10 +152,10 @@ class LlamaBlock(nn.Module):
             )
         self.ff = SwiGLU(d, cfg["hidden_dim"], cfg.get("act", "silu"))
         pre, post = norms in ("pre", "sandwich"), norms in ("sandwich", "post")
-        self.norm1, self.norm2 = (RMSNorm(d, eps), RMSNorm(d, eps)) if pre else (None, None)
-        self.post_att_norm, self.post_ff_norm = (
-            (RMSNorm(d, eps), RMSNorm(d, eps)) if post else (None, None)
-        )
+        self.norm1: RMSNorm | None = RMSNorm(d, eps) if pre else None
+        self.norm2: RMSNorm | None = RMSNorm(d, eps) if pre else None
+        self.post_att_norm: RMSNorm | None = RMSNorm(d, eps) if post else None
+        self.post_ff_norm: RMSNorm | None = RMSNorm(d, eps) if post else None
         self.record: list[Tensor] | None = None  # set: each forward appends its weights
 
     def forward(
@@ -181,6 +181,7 @@ class LlamaBlock(nn.Module):
             h = self.post_att_norm(h)
         x = x + h  # the attention's branch
         h = self.ff(x if self.norm2 is None else self.norm2(x))  # (b, T, emb_dim)
+        assert isinstance(h, Tensor)
         if self.post_ff_norm is not None:
             h = self.post_ff_norm(h)
         return x + h  # the feed-forward's branch
@@ -244,9 +245,9 @@ class LlamaModel(GPTModel):
         self.embed_scale, self.final_softcap = cfg.get("embed_scale"), cfg.get("final_softcap")
         self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
         self.pos_emb = None
-        self.drop_emb = nn.Identity()
+        self.drop_emb = nn.Dropout(0.0)
         self.trf_blocks = nn.Sequential(*[LlamaBlock(cfg, layer) for layer in cfg["layers"]])
-        self.final_norm = RMSNorm(cfg["emb_dim"], cfg.get("norm_eps", 1e-6))
+        self.final_norm = RMSNorm(cfg["emb_dim"], cfg.get("norm_eps", 1e-6))  # type: ignore[assignment]
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
         if cfg.get("tie_embeddings", False):
             self.out_head.weight = self.tok_emb.weight

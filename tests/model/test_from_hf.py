@@ -109,7 +109,13 @@ def _padded(ids: Tensor, pads: int) -> tuple[Tensor, Tensor]:
     return ids.masked_fill(mask == 0, 0), mask
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+GENERATING = [  # one fast family; the others, each a few seconds of transformers' generate
+    family if family == "qwen3" else pytest.param(family, marks=pytest.mark.heavy(seconds=4))
+    for family in FAMILIES
+]
+
+
+@pytest.mark.parametrize("family", GENERATING)
 def test_greedy_generation_writes_transformers_tokens(transformers: ModuleType, monkeypatch: Any,
                                                       family: str) -> None:  # fmt: skip
     """Cached, and a left-padded batch (windows longer than the padding: transformers' windows
@@ -127,3 +133,43 @@ def test_greedy_generation_writes_transformers_tokens(transformers: ModuleType, 
     torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
     torch.testing.assert_close(alone, theirs[:1], rtol=0, atol=0)
     torch.testing.assert_close(uncached, alone, rtol=0, atol=0)
+
+
+def _tiny(transformers: ModuleType, prefix: str, **settings: Any) -> Any:
+    config = getattr(transformers, f"{prefix}Config")(**{**TINY, **settings})
+    return getattr(transformers, f"{prefix}ForCausalLM")(config).eval()
+
+
+@pytest.mark.parametrize(
+    ("prefix", "settings", "named"),
+    [
+        ("Llama", {"mlp_bias": True}, "mlp_bias=True"),
+        ("Llama", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4,
+                                       "original_max_position_embeddings": 16,
+                                       "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}},
+         "rope_type='longrope'"),
+        ("Qwen3Moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
+         "num_local_experts=4"),
+        ("Granite", {"embedding_multiplier": 12.0}, "embedding_multiplier=12.0"),
+        ("Cohere", {"logit_scale": 1.0}, "CohereLayerNorm computes neither"),
+    ],
+)  # fmt: skip
+def test_what_it_does_not_apply_is_refused_by_name(transformers: ModuleType, prefix: str,
+                                                   settings: dict[str, Any],
+                                                   named: str) -> None:  # fmt: skip
+    with pytest.raises(ValueError, match=named):
+        attention.from_hf(_tiny(transformers, prefix, **settings))
+
+
+def test_logits_that_differ_on_the_probe_are_refused(transformers: ModuleType) -> None:
+    """A change no setting states (here a hook on the head) is caught by the probe."""
+    model = _tiny(transformers, "Llama")
+    model.lm_head.register_forward_hook(lambda module, args, out: out + 1.0)
+    with pytest.raises(ValueError, match="logits differ from transformers'"):
+        attention.from_hf(model)
+    assert attention.from_hf(model, check=False).vocab_size == VOCAB
+
+
+def test_not_a_transformers_model_is_refused() -> None:
+    with pytest.raises(TypeError, match="hf_model must be a transformers"):
+        attention.from_hf(torch.nn.Linear(2, 2))
