@@ -26,13 +26,7 @@ from attention.layer.fused import Options, Plan, plan_call, run
 from attention.layer.masks import Mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.layer.probe import probe
-from attention.layer.qk_norm import (
-    QKNormKind,
-    RMSNorm,
-    apply_qk_norm,
-    check_qk_norm,
-    qk_norms,
-)
+from attention.layer.qk_norm import QKNormKind, RMSNorm, apply_qk_norm, check_qk_norm, qk_norms
 from attention.layer.rope_scaling import RopeScaling, as_rope_scaling
 from attention.layer.score_mods import ScoreMod, as_score_mods
 from attention.layer.spec import AttentionSpec, Specified
@@ -135,12 +129,14 @@ class MultiHeadAttention(Specified, nn.Module):
         qk_norm: RMSNorm of queries and keys before RoPE, per `"head"` (Qwen3, Gemma 3) or
             over the `"projection"` (OLMo 2) ([`attention.layer.qk_norm`][attention.layer.qk_norm]);
             `qk_norm_eps` its $\epsilon$.
+        out_features: the output's width, default `d_out` (Qwen3 and Gemma 3 map
+            $h d_h$ back to a narrower `hidden_size`).
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
         W_key: `nn.Linear(kdim, num_kv_heads * head_dim)`.
         W_value: `nn.Linear(vdim, num_kv_heads * head_dim)`.
-        out_proj: `nn.Linear(d_out, d_out)`, $W_o$ and $b_o$.
+        out_proj: `nn.Linear(d_out, out_features)`, $W_o$ and $b_o$.
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
         sink_logits: `(num_heads,)` parameter with `sink_logit`; else None.
@@ -209,6 +205,7 @@ class MultiHeadAttention(Specified, nn.Module):
         rope_scaling: RopeScaling | Mapping[str, Any] | None = None,
         qk_norm: QKNormKind | None = None,
         qk_norm_eps: float = 1e-6,
+        out_features: int | None = None,
     ) -> None:
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
@@ -250,7 +247,9 @@ class MultiHeadAttention(Specified, nn.Module):
         self.W_query = nn.Linear(d_in, d_out, bias=bias)
         self.W_key = nn.Linear(self.kdim, kv_dim, bias=bias)
         self.W_value = nn.Linear(self.vdim, kv_dim, bias=bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        self.out_features = d_out if out_features is None else check_size("out_features",
+                                                                          out_features)  # fmt: skip
+        self.out_proj = nn.Linear(d_out, self.out_features)
         self.dropout = nn.Dropout(dropout)
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
         self.q_norm: RMSNorm | None
@@ -405,7 +404,7 @@ class MultiHeadAttention(Specified, nn.Module):
             arguments.check_angles(angles, num_tokens, self.rotary.dim if self.rotary else
                                    self.head_dim, self.rope)  # fmt: skip
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
-            empty = x.new_zeros(b, 0, self.d_out)
+            empty = x.new_zeros(b, 0, self.out_features)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
         if (key_padding_mask is None and positions is None and document_ids is None
                 and (cache is None or cache.contiguous)):  # fmt: skip

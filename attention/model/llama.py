@@ -189,9 +189,8 @@ def attention_from_llama(
             dtype, or a size, flag or probability (argument or config value) of another kind.
         ValueError: a missing or unknown key or a wrong shape (named, expected and actual),
             an attention setting it does not apply (named), a family whose RoPE layout is
-            unknown (`model_type`), RoPE scaling, a RoPE base not above 1,
-            `num_attention_heads * head_dim != hidden_size`, or key/value heads that do not
-            divide the heads.
+            unknown (`model_type`), an unknown RoPE type, a RoPE base not above 1, or
+            key/value heads that do not divide the heads.
 
     Examples:
         >>> config = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -272,7 +271,7 @@ def _layer(
     mask = None if spec.chunk is None else chunks(spec.chunk)
     return MultiHeadAttention(
         spec.hidden_size,
-        spec.hidden_size,
+        spec.num_heads * spec.head_dim,  # d_out: Qwen3's and Gemma 3's may differ from d_in
         spec.context_length,
         spec.dropout,
         spec.num_heads,
@@ -288,6 +287,7 @@ def _layer(
         rope_scaling=spec.rope_scaling,
         qk_norm=qk_norm,
         qk_norm_eps=eps,
+        out_features=spec.hidden_size,
     )
 
 
@@ -307,6 +307,7 @@ def _check_llama_like(att: object) -> MultiHeadAttention:
             (f"scale={att.scale}", att.scale is not None),
             (f"mask {att.rule!r}", att.rule != from_flags(True, att.window, 0)),
             (f"d_in={att.d_in} != d_out={att.d_out}", att.d_in != att.d_out),
+            (f"out_features={att.out_features}", att.out_features != att.d_out),
         ]
         if bad
     ]

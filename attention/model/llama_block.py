@@ -135,10 +135,10 @@ class LlamaBlock(nn.Module):
         super().__init__()
         d, eps, norms = cfg["emb_dim"], cfg.get("norm_eps", 1e-6), cfg.get("norms", "pre")
         if isinstance(layer, MultiHeadAttention):
-            if (layer.d_in, layer.d_out) != (d, d):
+            if (layer.d_in, layer.out_features) != (d, d):
                 raise ValueError(
                     f"a layer's attention must map emb_dim={d} to {d}, got d_in={layer.d_in}, "
-                    f"d_out={layer.d_out}"
+                    f"out_features={layer.out_features}"
                 )
             self.att = layer
         elif isinstance(layer, Mapping):

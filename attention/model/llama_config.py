@@ -353,11 +353,6 @@ def _heads(config: Mapping[str, Any]) -> tuple[int, int, int, int]:
     heads = check_size("num_attention_heads", config["num_attention_heads"])
     head_dim = config.get("head_dim")
     head_dim = check_size("head_dim", hidden // heads if head_dim is None else head_dim)
-    if heads * head_dim != hidden:
-        raise ValueError(
-            f"num_attention_heads * head_dim = {heads} * {head_dim} must equal hidden_size="
-            f"{hidden}: MultiHeadAttention's out_proj is square (d_out x d_out)"
-        )
     kv_heads = config.get("num_key_value_heads")
     kv_heads = heads if kv_heads is None else check_size("num_key_value_heads", kv_heads)
     if heads % kv_heads:

@@ -674,7 +674,7 @@ LLAMA_ERRORS = {
                                       "rope_theta": 1e4}},
                  None, "rope_type='longrope' is not supported"),
     "yarn": ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, None, "'yarn'"),
-    "head_dim": ({"head_dim": 16}, None, r"8 \* 16 must equal hidden_size=64"),
+    "head_dim": ({"head_dim": 16}, None, r"q_proj.weight: expected shape \(128, 64\)"),
     "shape": ({}, ("k_proj.weight", torch.randn(8, 64)),
               r"k_proj.weight: expected shape \(16, 64\), got \(8, 64\)"),
     "unknown": ({}, ("rotary.weight", torch.randn(8)), r"unknown keys \['rotary.weight'\]"),

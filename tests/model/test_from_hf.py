@@ -173,3 +173,18 @@ def test_logits_that_differ_on_the_probe_are_refused(transformers: ModuleType) -
 def test_not_a_transformers_model_is_refused() -> None:
     with pytest.raises(TypeError, match="hf_model must be a transformers"):
         attention.from_hf(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma3"])
+def test_heads_wider_than_the_model(transformers: ModuleType, monkeypatch: Any,
+                                    family: str) -> None:  # fmt: skip
+    """Qwen3's and Gemma 3's published shapes: h d_h = 4 * 32 = 128 heads' width, 64 model."""
+    with exact(monkeypatch):
+        theirs_model = hf_model(transformers, family, head_dim=32)
+        model = attention.from_hf(theirs_model)
+        ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            theirs, ours = theirs_model(ids).logits, model(ids)
+    att = model.blocks[0].att
+    assert (att.d_in, att.d_out, att.out_features) == (64, 128, 64)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-10)
