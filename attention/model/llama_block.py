@@ -169,7 +169,7 @@ class LlamaBlock(nn.Module):
         angles: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; `TransformerBlock.forward`'s arguments."""
-        h = x if self.norm1 is None else self.norm1(x)
+        h: Tensor = x if self.norm1 is None else self.norm1(x)  # (b, T, emb_dim)
         kwargs = {"cache": cache, "document_ids": documents, "positions": positions,
                   "angles": angles}  # fmt: skip
         if self.record is None:
@@ -181,7 +181,6 @@ class LlamaBlock(nn.Module):
             h = self.post_att_norm(h)
         x = x + h  # the attention's branch
         h = self.ff(x if self.norm2 is None else self.norm2(x))  # (b, T, emb_dim)
-        assert isinstance(h, Tensor)
         if self.post_ff_norm is not None:
             h = self.post_ff_norm(h)
         return x + h  # the feed-forward's branch
