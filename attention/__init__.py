@@ -68,6 +68,7 @@ from attention.layer.multihead import MultiHeadAttention
 from attention.layer.prefix_lm import prefix_lm
 from attention.layer.score_mods import ScoreMod
 from attention.layer.softcap import softcap
+from attention.model.from_hf import from_hf
 from attention.model.generation import generate, generate_text_simple
 from attention.model.gpt import (
     GELU,
@@ -114,6 +115,7 @@ __all__ = [
     "create_dataloader_v1",
     "example_inputs",
     "explicit_attention",
+    "from_hf",
     "generate",
     "generate_text_simple",
     "gpt2_encoding",

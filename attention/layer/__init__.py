@@ -14,6 +14,10 @@
   [`attention.layer.softcap`][attention.layer.softcap]: variants, each one mask or score
   modifier.
 - [`attention.layer.positions`][attention.layer.positions]: RoPE (and the sinusoidal table).
+- [`attention.layer.rope_scaling`][attention.layer.rope_scaling]: RoPE for longer contexts:
+  linear, dynamic NTK, YaRN and Llama 3.1's scaled frequencies; part of each head rotated.
+- [`attention.layer.qk_norm`][attention.layer.qk_norm]: RMSNorm, and QK-norm of queries and
+  keys (per head, or over the projection).
 - [`attention.layer.sinks`][attention.layer.sinks]: a learned sink logit.
 - [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring
   buffer.

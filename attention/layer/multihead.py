@@ -12,8 +12,8 @@ runs one `CausalAttention` per head. This module stacks the $h$ per-head matrice
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Literal, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,8 @@ from attention.layer.fused import Options, Plan, plan_call, run
 from attention.layer.masks import Mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.layer.probe import probe
+from attention.layer.qk_norm import QKNormKind, RMSNorm, apply_qk_norm, check_qk_norm, qk_norms
+from attention.layer.rope_scaling import RopeScaling, as_rope_scaling
 from attention.layer.score_mods import ScoreMod, as_score_mods
 from attention.layer.spec import AttentionSpec, Specified
 from attention.layer.tokens import Tokens, queries
@@ -122,15 +124,23 @@ class MultiHeadAttention(Specified, nn.Module):
             `fn(score, b, h, q_idx, kv_idx) -> score`, applied in order to the scaled scores.
         scale: what $q \cdot k$ is multiplied by; default $1 / \sqrt{d_h}$ (Gemma 2 and
             Granite use their own).
+        rope_scaling: with `rope`, a [`RopeScaling`][attention.layer.rope_scaling.RopeScaling]
+            (or a config's `rope_parameters` dict): scaled frequencies, part of each head.
+        qk_norm: RMSNorm of queries and keys before RoPE, per `"head"` (Qwen3, Gemma 3) or
+            over the `"projection"` (OLMo 2) ([`attention.layer.qk_norm`][attention.layer.qk_norm]);
+            `qk_norm_eps` its $\epsilon$.
+        out_features: the output's width, default `d_out` (Qwen3 and Gemma 3 map
+            $h d_h$ back to a narrower `hidden_size`).
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
         W_key: `nn.Linear(kdim, num_kv_heads * head_dim)`.
         W_value: `nn.Linear(vdim, num_kv_heads * head_dim)`.
-        out_proj: `nn.Linear(d_out, d_out)`, $W_o$ and $b_o$.
+        out_proj: `nn.Linear(d_out, out_features)`, $W_o$ and $b_o$.
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
-        sink_logits: `(num_heads,)` parameter with `sink_logit`, created last; else None.
+        sink_logits: `(num_heads,)` parameter with `sink_logit`; else None.
+        q_norm: the queries' `RMSNorm` with `qk_norm` (created last, with `k_norm`); else None.
         spec: the [`AttentionSpec`][attention.layer.spec.AttentionSpec]; `rule` (its mask:
             `mask`, or the one `causal`, `window` and `sinks` name), `score_mods` and `scale`
             read it.
@@ -192,6 +202,10 @@ class MultiHeadAttention(Specified, nn.Module):
         mask: Mask | Callable[..., Tensor] | None = None,
         score_mods: Sequence[ScoreMod | Callable[..., Tensor]] = (),
         scale: float | None = None,
+        rope_scaling: RopeScaling | Mapping[str, Any] | None = None,
+        qk_norm: QKNormKind | None = None,
+        qk_norm_eps: float = 1e-6,
+        out_features: int | None = None,
     ) -> None:
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
@@ -215,24 +229,33 @@ class MultiHeadAttention(Specified, nn.Module):
                              f"must be even, got head_dim={self.head_dim}")  # fmt: skip
         self._trace: list[Plan | None] = [None]  # the last call's plan (a list: compiles)
         mods = as_score_mods(score_mods)
+        scaling = as_rope_scaling(rope_scaling, rope, self.head_dim, context_length)
         self.spec = AttentionSpec(rule, mods, scale, float(rope_base) if rope else None,
                                   check_flag("sink_logit", sink_logit), num_heads,
-                                  num_kv_heads, self.head_dim)  # fmt: skip
+                                  num_kv_heads, self.head_dim, scaling,
+                                  check_qk_norm(qk_norm))  # fmt: skip
         if (self.kdim, self.vdim) != (d_in, d_in):
             arguments.check_cross_options(self.kdim, self.vdim, d_in, causal=self.causal,
-                                          rope=rope, sink_logit=sink_logit, mask=mask,
+                                          rope=rope or qk_norm is not None,
+                                          sink_logit=sink_logit, mask=mask,
                                           score_mods=self._spec.score_mods)  # fmt: skip
-        self.rotary = (RotaryTable(self.head_dim, rope_base, limit=max(256, 2 * context_length))
-                       if rope else None)  # fmt: skip
+        self.rotary = (RotaryTable(self.head_dim, rope_base, max(256, 2 * context_length),
+                                   scaling) if rope else None)  # fmt: skip
         self._unprobed = True  # the mask and modifiers are tried at the first call
         kv_dim = num_kv_heads * self.head_dim
         bias = check_flag("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(d_in, d_out, bias=bias)
         self.W_key = nn.Linear(self.kdim, kv_dim, bias=bias)
         self.W_value = nn.Linear(self.vdim, kv_dim, bias=bias)
-        self.out_proj = nn.Linear(d_out, d_out)
+        self.out_features = d_out if out_features is None else check_size("out_features",
+                                                                          out_features)  # fmt: skip
+        self.out_proj = nn.Linear(d_out, self.out_features)
         self.dropout = nn.Dropout(dropout)
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
+        self.q_norm: RMSNorm | None
+        self.k_norm: RMSNorm | None
+        self.q_norm, self.k_norm = (qk_norms(qk_norm, num_heads, num_kv_heads, self.head_dim,
+                                             qk_norm_eps) if qk_norm else (None, None))  # fmt: skip
         self.register_load_state_dict_pre_hook(convert.drop_book_mask)  # type: ignore[no-untyped-call]
 
     @overload
@@ -375,11 +398,13 @@ class MultiHeadAttention(Specified, nn.Module):
             arguments.check_cache(self, cache, b, num_tokens, w)
         if angles is not None and not (type(angles) is tuple and len(angles) == 2
                                        and type(angles[0]) is Tensor
-                                       and angles[0].shape[-2:] == (num_tokens, self.head_dim)
-                                       and self.rotary is not None):  # fmt: skip
-            arguments.check_angles(angles, num_tokens, self.head_dim, self.rope)
+                                       and self.rotary is not None
+                                       and angles[0].shape[-2:] == (num_tokens, self.rotary.dim)
+                                       ):  # fmt: skip
+            arguments.check_angles(angles, num_tokens, self.rotary.dim if self.rotary else
+                                   self.head_dim, self.rope)  # fmt: skip
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
-            empty = x.new_zeros(b, 0, self.d_out)
+            empty = x.new_zeros(b, 0, self.out_features)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
         if (key_padding_mask is None and positions is None and document_ids is None
                 and (cache is None or cache.contiguous)):  # fmt: skip
@@ -460,8 +485,12 @@ class MultiHeadAttention(Specified, nn.Module):
         """
         # Q = X W_q, K = X W_k, V = X W_v: (b, T, h * d_h) -> (b, T, h, d_h) -> (b, h, T, d_h)
         b, num_tokens, _ = x.shape
-        queries_ = self.W_query(x).view(b, num_tokens, self.num_heads, self.head_dim)
-        keys = self.W_key(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
+        queries_, keys = self.W_query(x), self.W_key(x)  # (b, T, h d_h), (b, T, h_kv d_h)
+        if self.q_norm is not None and self.k_norm is not None:  # QK-norm, before RoPE
+            queries_, keys = apply_qk_norm(self._spec.qk_norm, self.q_norm, self.k_norm,
+                                           queries_, keys, self.head_dim)  # fmt: skip
+        queries_ = queries_.view(b, num_tokens, self.num_heads, self.head_dim)
+        keys = keys.view(b, num_tokens, self.num_kv_heads, self.head_dim)
         values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
         queries_, keys, values = (
             queries_.transpose(1, 2),

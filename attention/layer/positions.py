@@ -44,6 +44,7 @@ from torch import Tensor
 from attention.checks import check_size, check_tensor
 
 if TYPE_CHECKING:
+    from attention.layer.rope_scaling import RopeScaling
     from attention.layer.tokens import Tokens
 
 __all__ = [
@@ -159,12 +160,20 @@ def rope_angles(
 
 
 def _cos_sin(
-    positions: Tensor, theta: Tensor, device: torch.device | str | None, dtype: torch.dtype
+    positions: Tensor,
+    theta: Tensor,
+    device: torch.device | str | None,
+    dtype: torch.dtype,
+    factor: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """cos and sin of m theta_i, computed in float64 where `theta` is, then cast."""
+    """cos and sin of m theta_i (times YaRN's `factor`), computed in float64 where `theta` is,
+    then cast."""
     angles = positions.to(theta.device, torch.float64)[..., None] * theta  # m theta_i
     angles = torch.cat((angles, angles), dim=-1)  # (..., d_h): pair (i, i + d_h/2)
-    return angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype)
+    cos, sin = angles.cos(), angles.sin()
+    if factor != 1.0:
+        cos, sin = cos * factor, sin * factor
+    return cos.to(device=device, dtype=dtype), sin.to(device=device, dtype=dtype)
 
 
 def rotate_half(x: Tensor) -> Tensor:
@@ -186,7 +195,12 @@ def _rotate_half(x: Tensor) -> Tensor:
 
 
 def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    return x * cos + _rotate_half(x) * sin  # the checks were made by the caller
+    d = cos.shape[-1]  # the checks were made by the caller
+    if d == x.shape[-1]:
+        return x * cos + _rotate_half(x) * sin
+    # partial rotary: the first d dimensions turn (their halves paired), the rest pass
+    turned, kept = x[..., :d], x[..., d:]
+    return torch.cat((turned * cos + _rotate_half(turned) * sin, kept), dim=-1)
 
 
 def rotate_with(x: Tensor, angles: tuple[Tensor, Tensor]) -> Tensor:
@@ -280,9 +294,15 @@ class RotaryTable:
     as [`rope_angles`][attention.layer.positions.rope_angles] computes it, so both give the same
     numbers. Inner helper: it checks nothing.
 
+    With a [`RopeScaling`][attention.layer.rope_scaling.RopeScaling] the frequencies are its
+    scaled ones, cos and sin carry its attention factor, and only its rotated width `dim`
+    of each head turns.
+
     Args:
         head_dim: $d_h$, even.
         base: RoPE's base.
+        limit: positions below it come from the table; later ones are computed.
+        scaling: RoPE scaling, partial rotation; None: the plain RoPE over all of $d_h$.
 
     Examples:
         >>> table = RotaryTable(head_dim=4, base=100.0)
@@ -294,11 +314,22 @@ class RotaryTable:
         True
     """
 
-    def __init__(self, head_dim: int, base: float = 10000.0, limit: int = 1 << 16) -> None:
+    def __init__(
+        self,
+        head_dim: int,
+        base: float = 10000.0,
+        limit: int = 1 << 16,
+        scaling: RopeScaling | None = None,
+    ) -> None:
         self.limit = limit  # the table covers positions below this; later ones are computed
-        self.head_dim, self.base = head_dim, base
+        self.head_dim, self.base, self.scaling = head_dim, base, scaling
         self._tables: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
-        self._theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h / 2,)
+        if scaling is None:
+            self._theta = rope_frequencies(head_dim, base, dtype=torch.float64)  # (d_h / 2,)
+            self.factor = 1.0
+        else:
+            self._theta, self.factor = scaling.frequencies(head_dim, base)  # (dim / 2,)
+        self.dim = 2 * self._theta.shape[0]  # the rotated width of each head
         self._thetas: dict[torch.device, Tensor] = {}
 
     def angles(
@@ -312,7 +343,8 @@ class RotaryTable:
         table = self._tables.get((device, dtype))
         if table is None or table[0].shape[0] < end:
             size = max(256, 1 << max(end - 1, 1).bit_length())
-            table = rope_angles(size, self.head_dim, self.base, device=device, dtype=dtype)
+            every = torch.arange(size, dtype=torch.float64)  # rope_angles' formula, scaled
+            table = _cos_sin(every, self._theta, device, dtype, self.factor)
             self._tables[(device, dtype)] = table
         return table[0][start:end], table[1][start:end]
 
@@ -363,4 +395,4 @@ class RotaryTable:
         theta = self._thetas.get(device)  # on each device once: positions stay where they are
         if theta is None:
             theta = self._thetas[device] = self._theta.to(device)
-        return _cos_sin(positions, theta, device, dtype)
+        return _cos_sin(positions, theta, device, dtype, self.factor)

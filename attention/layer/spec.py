@@ -38,10 +38,19 @@ from attention.layer.score_mods import ScoreMod, as_score_mods
 
 if TYPE_CHECKING:
     from attention.layer.fused import Options, Plan
+    from attention.layer.rope_scaling import RopeScaling
 
 __all__ = ["AttentionSpec", "Specified"]
 
-_FIXED = ("num_heads", "num_kv_heads", "head_dim", "sink_logit", "rope_base")
+_FIXED = (
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "sink_logit",
+    "rope_base",
+    "rope_scaling",
+    "qk_norm",
+)
 """What shapes the parameters or the layer's tables: a spec swapped in must keep them."""
 
 
@@ -58,6 +67,10 @@ class AttentionSpec:
         num_heads: query heads.
         num_kv_heads: key/value heads.
         head_dim: each head's width.
+        rope_scaling: RoPE's scaling and rotated width
+            ([`RopeScaling`][attention.layer.rope_scaling.RopeScaling]), or None: plain RoPE.
+        qk_norm: RMSNorm of queries and keys, per `"head"` or over the `"projection"`
+            ([`attention.layer.qk_norm`][attention.layer.qk_norm]), or None.
     """
 
     mask: Mask
@@ -68,6 +81,8 @@ class AttentionSpec:
     num_heads: int = 1
     num_kv_heads: int = 1
     head_dim: int = 1
+    rope_scaling: RopeScaling | None = None
+    qk_norm: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mask", as_mask(self.mask))
@@ -124,7 +139,7 @@ class AttentionSpec:
         $1/\\sqrt{d_h}$, no RoPE, sink or modifier, as many key/value heads as query heads):
         each item names the setting. Exporters list what their format cannot express, less
         what they `allow` (setting names: "mask", "score_mods", "scale", "rope",
-        "sink_logit", "num_kv_heads").
+        "sink_logit", "num_kv_heads", "rope_scaling", "qk_norm").
         """
         found: list[tuple[str, str]] = []
         if self.mask not in (causal(), everything()):
@@ -135,6 +150,10 @@ class AttentionSpec:
             found.append(("scale", f"scale={self.scale:g}"))
         if self.rope_base is not None:
             found.append(("rope", f"rope (base {self.rope_base:g})"))
+        if self.rope_scaling is not None:
+            found.append(("rope_scaling", f"rope_scaling={self.rope_scaling}"))
+        if self.qk_norm is not None:
+            found.append(("qk_norm", f"qk_norm={self.qk_norm!r}"))
         if self.sink_logit:
             found.append(("sink_logit", "sink_logit"))
         if self.num_kv_heads != self.num_heads:
@@ -286,6 +305,10 @@ class Specified:
             options.append(f"scale={self.scale:g}")
         if self.rope_base is not None:
             options.append(f"rope_base={self.rope_base:g}")
+        if self._spec.rope_scaling is not None:
+            options.append(f"rope_scaling={self._spec.rope_scaling.rope_type}")
+        if self._spec.qk_norm is not None:
+            options.append(f"qk_norm={self._spec.qk_norm!r}")
         return ", ".join(options)
 
     def mask(self, num_tokens: int, device: torch.device | str | None = None) -> Tensor:

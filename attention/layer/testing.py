@@ -113,10 +113,10 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         named = ", ".join(unsupported)
         raise ValueError("nn.MultiheadAttention computes plain causal or full attention (the "
                          f"mask passed to each call): it has no {named}")  # fmt: skip
-    if mha.d_in != mha.d_out:
+    if mha.d_in != mha.d_out or mha.out_features != mha.d_out:
         raise ValueError(
-            "nn.MultiheadAttention needs d_in == d_out (its embed_dim), "
-            f"got d_in={mha.d_in}, d_out={mha.d_out}"
+            "nn.MultiheadAttention needs d_in == d_out == out_features (its embed_dim), "
+            f"got d_in={mha.d_in}, d_out={mha.d_out}, out_features={mha.out_features}"
         )
     weight = mha.W_query.weight
     theirs = nn.MultiheadAttention(

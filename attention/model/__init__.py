@@ -2,6 +2,8 @@
 
 - [`attention.model.gpt`][attention.model.gpt]: `GPTModel`, its blocks, norms and
   feed-forward.
+- [`attention.model.llama_block`][attention.model.llama_block]: the Llama block (RMSNorm,
+  SwiGLU, no biases) and `LlamaModel`, a `GPTModel` of them.
 - [`attention.model.generation`][attention.model.generation]: writing text with it: the
   book's loop, and batches of prompts of different lengths, sampling, stops per row,
   streaming.
@@ -17,6 +19,8 @@
   Llama-family config computes, every setting read or refused.
 - [`attention.model.llama`][attention.model.llama]: one Llama, Mistral, Qwen2, Gemma 2,
   Granite, SmolLM3, Helium, Ernie 4.5, Cohere or Llama 4 attention layer in and out.
+- [`attention.model.from_hf`][attention.model.from_hf]: whole Llama-family models from
+  transformers (`attention.from_hf`), every setting read or refused.
 - [`attention.model.checkpoints`][attention.model.checkpoints]: all of the above by one import.
 - [`attention.model.shapes`][attention.model.shapes]: published models' shapes, for the cache
   and parameter arithmetic.

@@ -39,9 +39,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention.checks import check_size, check_tensor
+from attention.checks import check_positive, check_size, check_tensor
 from attention.layer.masks import Bounds, Mask, from_flags
 from attention.layer.multihead import MultiHeadAttention
+from attention.layer.qk_norm import QKNormKind
 from attention.layer.score_mods import ScoreMod
 from attention.layer.softcap import softcap
 from attention.model.llama_config import LlamaLayer, llama_layer
@@ -109,6 +110,9 @@ def _llama_slots(
         slots.append((f"{name}.weight", linear.weight, tuple(linear.weight.shape)))
         if linear.bias is not None and (name != "o_proj" or o_bias):
             slots.append((f"{name}.bias", linear.bias, (linear.weight.shape[0],)))
+    for name, norm in (("q_norm", att.q_norm), ("k_norm", att.k_norm)):
+        if norm is not None:  # QK-norm's gains (Qwen3, Gemma 3, OLMo 2)
+            slots.append((f"{name}.weight", norm.weight, tuple(norm.weight.shape)))
     return slots
 
 
@@ -185,9 +189,8 @@ def attention_from_llama(
             dtype, or a size, flag or probability (argument or config value) of another kind.
         ValueError: a missing or unknown key or a wrong shape (named, expected and actual),
             an attention setting it does not apply (named), a family whose RoPE layout is
-            unknown (`model_type`), RoPE scaling, a RoPE base not above 1,
-            `num_attention_heads * head_dim != hidden_size`, or key/value heads that do not
-            divide the heads.
+            unknown (`model_type`), an unknown RoPE type, a RoPE base not above 1, or
+            key/value heads that do not divide the heads.
 
     Examples:
         >>> config = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2,
@@ -208,9 +211,11 @@ def attention_from_llama(
     name, like = next(iter(state.items()))
     like = check_tensor(prefix + name, like, floating=True)
     qkv_bias = spec.bias or "q_proj.bias" in state  # Qwen2: biases on q, k, v only
+    qk_norm = _qk_norm(state, spec, prefix)
     # built for real, not on the meta device: RotaryTable keeps its frequencies in a plain
     # tensor attribute, which to_empty() would leave on the meta device
-    att = _layer(spec, qkv_bias).to(dtype=like.dtype, device=like.device).eval()
+    att = _layer(spec, qkv_bias, qk_norm, _norm_eps(config))
+    att = att.to(dtype=like.dtype, device=like.device).eval()
     slots = _llama_slots(att, o_bias="o_proj.bias" in state)
     unknown = sorted(prefix + key for key in state if key not in {s[0] for s in slots})
     missing = [f"{prefix}{key} {shape}" for key, _, shape in slots if key not in state]
@@ -227,19 +232,46 @@ def attention_from_llama(
         for (key, param, shape), value in zip(slots, values, strict=True):
             if tuple(value.shape) != shape:
                 raise ValueError(f"{prefix}{key}: expected shape {shape}, got {tuple(value.shape)}")
-            if spec.interleaved and key[0] in "qk":  # pairs (2i, 2i + 1) -> halves (i, i + d/2)
+            if spec.interleaved and key[0] in "qk":  # pairs (2i, 2i + 1) -> halves (i, i + d/2),
+                # rows of the projections and entries of QK-norm's gains alike
                 value = _halves(value, spec.head_dim)
             assert param is not None
             param.copy_(value)
     return att
 
 
-def _layer(spec: LlamaLayer, qkv_bias: bool) -> MultiHeadAttention:
+def _qk_norm(state: Mapping[str, Tensor], spec: LlamaLayer, prefix: str) -> QKNormKind | None:
+    """QK-norm where the state dict has its gains: `"head"` where `q_norm.weight` is `d_h`
+    wide (Qwen3, Gemma 3), `"projection"` where it is `h d_h` wide (OLMo 2)."""
+    gain = state.get("q_norm.weight")
+    if gain is None:
+        return None
+    widths = {spec.head_dim: "head", spec.num_heads * spec.head_dim: "projection"}
+    width = gain.shape[-1] if isinstance(gain, Tensor) and gain.ndim == 1 else None
+    if width not in widths:
+        raise ValueError(
+            f"{prefix}q_norm.weight must be (head_dim,) = ({spec.head_dim},) or "
+            f"(num_heads * head_dim,) = ({spec.num_heads * spec.head_dim},), got "
+            f"{tuple(gain.shape) if isinstance(gain, Tensor) else type(gain).__name__}"
+        )
+    return widths[width]  # type: ignore[return-value]
+
+
+def _norm_eps(config: object) -> float:
+    """The config's `rms_norm_eps` (Llama's default 1e-6 where it has none)."""
+    settings = config.to_dict() if hasattr(config, "to_dict") else config
+    eps = settings.get("rms_norm_eps") if isinstance(settings, Mapping) else None
+    return 1e-6 if eps is None else check_positive("config's rms_norm_eps", eps)
+
+
+def _layer(
+    spec: LlamaLayer, qkv_bias: bool, qk_norm: QKNormKind | None = None, eps: float = 1e-6
+) -> MultiHeadAttention:
     """The `MultiHeadAttention` that computes `spec`: its mask, RoPE, scale and modifiers."""
     mask = None if spec.chunk is None else chunks(spec.chunk)
     return MultiHeadAttention(
         spec.hidden_size,
-        spec.hidden_size,
+        spec.num_heads * spec.head_dim,  # d_out: Qwen3's and Gemma 3's may differ from d_in
         spec.context_length,
         spec.dropout,
         spec.num_heads,
@@ -252,6 +284,10 @@ def _layer(spec: LlamaLayer, qkv_bias: bool) -> MultiHeadAttention:
         mask=mask,
         score_mods=_score_mods(spec),
         scale=spec.scale,
+        rope_scaling=spec.rope_scaling,
+        qk_norm=qk_norm,
+        qk_norm_eps=eps,
+        out_features=spec.hidden_size,
     )
 
 
@@ -265,10 +301,13 @@ def _check_llama_like(att: object) -> MultiHeadAttention:
             ("no RoPE (rope=False)", not att.rope),
             ("attention sinks (sinks)", att.sinks > 0),
             ("sink logits", att.sink_logits is not None),
+            (f"rope_scaling={att.spec.rope_scaling}", att.spec.rope_scaling is not None),
+            (f"qk_norm={att.spec.qk_norm!r}", att.spec.qk_norm is not None),
             ("score modifiers", bool(att.score_mods)),
             (f"scale={att.scale}", att.scale is not None),
             (f"mask {att.rule!r}", att.rule != from_flags(True, att.window, 0)),
             (f"d_in={att.d_in} != d_out={att.d_out}", att.d_in != att.d_out),
+            (f"out_features={att.out_features}", att.out_features != att.d_out),
         ]
         if bad
     ]

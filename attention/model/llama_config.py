@@ -6,8 +6,9 @@ reads the last kind into a [`LlamaLayer`][attention.model.llama_config.LlamaLaye
 layer, and refuses what it cannot read, so that a layer is never loaded computing something
 else than the checkpoint's. The rule, key by key of the config:
 
-1. **Read**: the attention settings this module understands (`READ`): the sizes, RoPE's base
-   (default scaling only), bias and dropout, `sliding_window` and `layer_types` (full,
+1. **Read**: the attention settings this module understands (`READ`): the sizes, RoPE's base,
+   its scaling (linear, dynamic, YaRN, Llama 3.1's) and partial rotation (Gemma 3's
+   per layer kind), bias and dropout, `sliding_window` and `layer_types` (full,
    sliding or chunked attention per layer), `no_rope_layers` (SmolLM3's and Llama 4's NoPE
    layers: `1` rotates, `0` does not), Gemma 2's and Granite's scale, Gemma 2's soft cap and
    Llama 4's temperature tuning of its NoPE layers.
@@ -48,6 +49,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from attention.checks import check_dropout, check_flag, check_positive, check_size
+from attention.layer.rope_scaling import RopeScaling
 
 __all__ = [
     "ATTENTION_WORDS",
@@ -102,8 +104,8 @@ ATTENTION_WORDS = re.compile(
 """An unknown setting whose name has one of these words concerns attention."""
 
 ROTATE_HALF = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "granite", "smollm3",
-    "olmo", "olmo2", "starcoder2", "phi3"})  # fmt: skip
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+    "granite", "smollm3", "olmo", "olmo2", "starcoder2", "phi3"})  # fmt: skip
 """Families whose modeling file rotates halves, as `MultiHeadAttention` does."""
 
 INTERLEAVED = frozenset({"helium", "ernie4_5", "ernie4_5_moe", "cohere", "llama4_text"})
@@ -128,28 +130,12 @@ class LlamaLayer(NamedTuple):
     scale: float | None  # Gemma 2's query_pre_attn_scalar ** -0.5, Granite's multiplier
     softcap: float | None  # Gemma 2's attn_logit_softcapping
     temperature: tuple[float, float] | None  # Llama 4's (floor_scale, attn_scale), NoPE layers
+    rope_scaling: RopeScaling | None = None  # scaled frequencies, partial rotation
 
 
-def _rope_theta(config: Mapping[str, Any]) -> float:
-    """RoPE's base; refuses any scaling but the default (transformers 5 and 4 configs)."""
-    key = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
-    rope = config.get(key) or {}
-    if not isinstance(rope, Mapping):
-        raise TypeError(
-            f"config's {key} must be a dict (rope_type, rope_theta, ...), got "
-            f"{rope!r:.60} ({type(rope).__name__})"
-        )
-    kind = rope.get("rope_type", rope.get("type", "default"))
-    if kind != "default":
-        raise ValueError(
-            f"config's RoPE type is {kind!r}: only the default (unscaled) RoPE is supported"
-        )
-    partial = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
-    if partial != 1.0:
-        raise ValueError(
-            f"config rotates part of each head (partial_rotary_factor={partial!r}): "
-            "MultiHeadAttention rotates all of it"
-        )
+def _rope_theta(config: Mapping[str, Any], layer_kind: str = "global") -> float:
+    """RoPE's base (transformers 5 and 4 configs; Gemma 3's per layer kind)."""
+    rope, key = _rope_parameters(config, layer_kind)
     name, theta = (
         (f"config's {key}['rope_theta']", rope["rope_theta"])
         if "rope_theta" in rope
@@ -158,6 +144,37 @@ def _rope_theta(config: Mapping[str, Any]) -> float:
     if isinstance(theta, bool) or not isinstance(theta, int | float) or not 1 < theta < math.inf:
         raise ValueError(f"{name} must be a finite number > 1 (RoPE's base), got {theta!r}")
     return float(theta)
+
+
+def _rope_parameters(config: Mapping[str, Any], layer_kind: str) -> tuple[Mapping[str, Any], str]:
+    """The layer's RoPE settings: `rope_parameters` (or transformers 4's `rope_scaling`), or,
+    where they are given per layer kind (Gemma 3's local and global bases), its kind's."""
+    key = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
+    rope = config.get(key) or {}
+    if not isinstance(rope, Mapping):
+        raise TypeError(
+            f"config's {key} must be a dict (rope_type, rope_theta, ...), got "
+            f"{rope!r:.60} ({type(rope).__name__})"
+        )
+    if rope and all(isinstance(value, Mapping) for value in rope.values()):  # per layer kind
+        kind = "full_attention" if layer_kind == "global" else layer_kind
+        if kind not in rope:
+            raise ValueError(f"config's {key} has no entry for the layer's {kind!r}")
+        return rope[kind], f"{key}[{kind!r}]"
+    return rope, key
+
+
+def _rope_scaling(config: Mapping[str, Any], layer_kind: str) -> RopeScaling | None:
+    """The layer's RoPE scaling and partial rotation, or None for the plain RoPE; an unknown
+    `rope_type` or setting is refused by name
+    ([`RopeScaling`][attention.layer.rope_scaling.RopeScaling])."""
+    rope, _ = _rope_parameters(config, layer_kind)
+    partial = config.get("partial_rotary_factor")
+    if partial is not None and "partial_rotary_factor" not in rope:
+        rope = {**rope, "partial_rotary_factor": partial}
+    scaling = RopeScaling.from_parameters(rope, config.get("max_position_embeddings"))
+    plain = RopeScaling(max_position_embeddings=scaling.max_position_embeddings)
+    return None if scaling == plain else scaling
 
 
 def _config_dict(config: object) -> tuple[Mapping[str, Any], str]:
@@ -336,11 +353,6 @@ def _heads(config: Mapping[str, Any]) -> tuple[int, int, int, int]:
     heads = check_size("num_attention_heads", config["num_attention_heads"])
     head_dim = config.get("head_dim")
     head_dim = check_size("head_dim", hidden // heads if head_dim is None else head_dim)
-    if heads * head_dim != hidden:
-        raise ValueError(
-            f"num_attention_heads * head_dim = {heads} * {head_dim} must equal hidden_size="
-            f"{hidden}: MultiHeadAttention's out_proj is square (d_out x d_out)"
-        )
     kv_heads = config.get("num_key_value_heads")
     kv_heads = heads if kv_heads is None else check_size("num_key_value_heads", kv_heads)
     if heads % kv_heads:
@@ -386,7 +398,7 @@ def llama_layer(
 
     Raises:
         TypeError: `config` is neither a config nor a mapping, or a value of the wrong kind.
-        ValueError: a setting it does not apply, named; RoPE scaling; an unknown family's
+        ValueError: a setting it does not apply, named; an unknown RoPE type; an unknown family's
             `model_type`; sizes that disagree; layers that differ without `layer`.
     """
     config, name = _config_dict(config)
@@ -396,13 +408,19 @@ def llama_layer(
     kind, rope = _pick(config, layer)
     window, chunk = _mask(config, kind)
     dropout = config.get("attention_dropout")
+    scaling = _rope_scaling(config, kind) if rope else None
+    if scaling is not None and scaling.partial_rotary_factor != 1 and _interleaved(config):
+        raise ValueError(
+            f"config rotates interleaved pairs of part of each head (partial_rotary_factor="
+            f"{scaling.partial_rotary_factor}): only halves are rotated partially here"
+        )
     return LlamaLayer(
         hidden,
         heads,
         kv_heads,
         head_dim,
         bool(rope),
-        _rope_theta(config),
+        _rope_theta(config, kind),
         _interleaved(config),
         window,
         chunk,
@@ -412,4 +430,5 @@ def llama_layer(
         _scale(config, head_dim),
         _positive(config, "attn_logit_softcapping"),
         _temperature(config, rope),
+        scaling,
     )

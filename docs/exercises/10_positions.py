@@ -16,6 +16,7 @@ import torch
 
 from attention import MultiHeadAttention
 from attention.layer.positions import apply_rope, rope_angles
+from attention.layer.rope_scaling import RopeScaling
 from attention.layer.testing import padding_mask
 
 _ = torch.manual_seed(0)
@@ -90,3 +91,37 @@ with torch.no_grad():
 torch.testing.assert_close(w_late[..., 10:, 10:], w_alone, atol=1e-5, rtol=0)
 print("weights at positions 0..4 and 10..14 agree; head 0:")
 print(w_alone[0, 0])
+
+# %% [markdown]
+# ## Exercise 10.4: Llama 3.1's scaling, by hand
+#
+# Llama 3.1 stretches a context of $L = 8192$ positions 8 times: with
+# $\lambda_i = 2\pi/\theta_i$, a pair with $\lambda_i < L/4$ keeps $\theta_i$, one with
+# $\lambda_i > L$ takes $\theta_i/8$, and between the two
+# $\theta_i' = (1 - \sigma)\,\theta_i/8 + \sigma\,\theta_i$ with
+# $\sigma = (L/\lambda_i - 1)/(4 - 1)$. Compute $\theta'$ for a head of width 128 at base
+# 500,000, compare it with
+# `RopeScaling.from_parameters({...}).frequencies(128, 500_000.0)`, and count the pairs
+# of each kind.
+
+# %%
+# Solution
+L, s = 8192, 8.0
+exponents = torch.arange(0, 128, 2, dtype=torch.float64) / 128
+theta = 500_000.0**-exponents  # (64,)
+wavelength = 2 * math.pi / theta
+sigma = (L / wavelength - 1.0) / (4.0 - 1.0)
+blended = (1 - sigma) * theta / s + sigma * theta
+slow, fast = wavelength > L, wavelength < L / 4
+by_hand = torch.where(slow, theta / s, torch.where(fast, theta, blended))
+llama31 = {"rope_type": "llama3", "factor": s,
+           "original_max_position_embeddings": L,
+           "low_freq_factor": 1.0, "high_freq_factor": 4.0}  # fmt: skip
+theirs, factor = RopeScaling.from_parameters(llama31).frequencies(
+    128, 500_000.0
+)
+torch.testing.assert_close(by_hand, theirs, rtol=1e-12, atol=0)
+print(
+    f"kept {int(fast.sum())}, divided by 8: {int(slow.sum())}, "
+    f"blended: {int((~fast & ~slow).sum())} of 64 pairs"
+)

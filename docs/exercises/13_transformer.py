@@ -11,8 +11,10 @@
 
 # %%
 import torch
+import transformers
 from torch import nn
 
+import attention
 from attention.model.gpt import GPT_CONFIG_124M, LayerNorm, TransformerBlock
 
 _ = torch.manual_seed(0)
@@ -152,3 +154,43 @@ assert gradients[True][1] > 10 * gradients[False][1]
 # through every block's identity path. Without them it must pass through
 # each block's attention and feed-forward maps, and it shrinks on the way:
 # the vanishing gradient that residual connections prevent.
+
+# %% [markdown]
+# ## Exercise 13.4: a Llama block by hand
+#
+# Read a tiny Llama of Hugging Face's transformers into the package with
+# `attention.from_hf`, then write its first block's computation out of its parts:
+# $h = x + \operatorname{Attention}(\operatorname{RMSNorm}_1(x))$, then
+# $h + W_d\,(\operatorname{SiLU}(W_g\, n) \odot W_u\, n)$ with
+# $n = \operatorname{RMSNorm}_2(h)$, the norm $x / \sqrt{\operatorname{mean}(x^2) +
+# \epsilon} \cdot g$ written out too. Compare with the block's forward.
+
+# %%
+# Solution
+config = transformers.LlamaConfig(
+    hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+    num_hidden_layers=2, intermediate_size=96, vocab_size=100,
+    max_position_embeddings=64, pad_token_id=None, bos_token_id=None,
+    eos_token_id=None,
+)  # fmt: skip
+model = attention.from_hf(transformers.LlamaForCausalLM(config))
+block = model.blocks[0]
+
+
+def rms_norm(x: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+    rms = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps)
+    return x / rms * gain
+
+
+x = torch.randn(1, 5, 64)
+with torch.no_grad():
+    assert block.norm1 is not None and block.norm2 is not None
+    h = x + block.att(rms_norm(x, block.norm1.weight))  # (1, 5, 64)
+    n = rms_norm(h, block.norm2.weight)
+    ff = block.ff
+    gated = nn.functional.silu(n @ ff.gate_proj.weight.T) * (
+        n @ ff.up_proj.weight.T
+    )  # (1, 5, 96)
+    by_hand = h + gated @ ff.down_proj.weight.T
+    torch.testing.assert_close(by_hand, block(x), atol=1e-5, rtol=0)
+print("x + Attention(RMSNorm(x)), then + SwiGLU(RMSNorm(.)): the block")

@@ -694,13 +694,15 @@ def llama_state() -> dict[str, Tensor]:
 
 
 LLAMA_ERRORS = {
-    "linear": ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
-               None, "RoPE type is 'linear': only the default"),
+    "longrope": ({"rope_parameters": {"rope_type": "longrope", "factor": 2.0,
+                                      "rope_theta": 1e4}},
+                 None, "rope_type='longrope' is not supported"),
     "yarn": ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, None, "'yarn'"),
-    "head_dim": ({"head_dim": 16}, None, r"8 \* 16 must equal hidden_size=64"),
+    "head_dim": ({"head_dim": 16}, None, r"q_proj.weight: expected shape \(128, 64\)"),
     "shape": ({}, ("k_proj.weight", torch.randn(8, 64)),
               r"k_proj.weight: expected shape \(16, 64\), got \(8, 64\)"),
-    "unknown": ({}, ("q_norm.weight", torch.randn(8)), r"unknown keys \['q_norm.weight'\]"),
+    "unknown": ({}, ("rotary.weight", torch.randn(8)), r"unknown keys \['rotary.weight'\]"),
+    "qk-norm width": ({}, ("q_norm.weight", torch.randn(5)), r"q_norm.weight must be \(head_dim,\)"),
     "missing": ({}, ("v_proj.weight", None), r"missing keys \['v_proj.weight \(16, 64\)'\]"),
     "bias missing": ({"attention_bias": True}, None, r"missing keys \['q_proj.bias \(64,\)'"),
 }  # fmt: skip

@@ -1,0 +1,254 @@
+r"""Whole models from transformers: `from_hf(hf_model)` -> a [`LlamaModel`][attention.model.llama_block.LlamaModel].
+
+A `*ForCausalLM` of the Llama family (Llama, Mistral, Qwen2 and 3, Gemma 2 and 3, OLMo 2,
+SmolLM3, Granite-free settings, ...) is read into this package's model with the same
+weights: its `forward(input_ids)` gives transformers' logits, and
+[`generate`][attention.model.generation.generate] drives it. Nothing is read from a list of
+model types except RoPE's pair layout (the attention loader's table); what a model computes
+is read from its config and its modules, and every setting the loader does not apply is
+refused by name:
+
+- **attention**, layer by layer: [`attention_from_llama`][attention.model.llama.attention_from_llama]
+  (heads, RoPE and its scaling, NoPE layers, windows and chunks, scale and soft cap,
+  QK-norm from the state dict's `q_norm` / `k_norm`), which refuses what it does not read;
+- **the block's norms** from the names the decoder layer has: `input_layernorm` and
+  `post_attention_layernorm` (pre-norm: Llama), the four of Gemma (`pre_feedforward_...`,
+  `post_feedforward_...`: sandwich), or only the two *post* norms (OLMo 2);
+- **each norm's formula** from the norm itself: it is run on a probe and must compute
+  $x/\operatorname{rms}(x) \cdot g$ (Llama) or $x/\operatorname{rms}(x) \cdot (1 + g)$
+  (Gemma, whose gains are then stored as $1 + g$); anything else is refused;
+- **the feed-forward**: `gate_proj`, `up_proj`, `down_proj` with `hidden_act` (or Gemma's
+  `hidden_activation`); a mixture of experts, `mlp_bias`, and Granite's and Cohere's
+  multipliers are refused by name;
+- **embeddings and head**: Gemma's `embed_scale`, a tied or untied `lm_head`,
+  `final_logit_softcapping`;
+- **every tensor** of the state dict must be read: one left over is refused, named.
+
+Last, unless `check=False`, both models run a short probe and the logits must agree (to
+$10^{-4}$ of their scale in float32 and float64, $3 \cdot 10^{-2}$ in 16-bit floats): a family
+whose modeling code does something no setting says is refused rather than loaded wrong.
+
+Examples:
+    >>> import transformers  # doctest: +SKIP
+    >>> config = transformers.Qwen3Config(hidden_size=64, num_attention_heads=4,
+    ...     num_key_value_heads=2, head_dim=16, num_hidden_layers=2, intermediate_size=96,
+    ...     vocab_size=100)  # doctest: +SKIP
+    >>> model = from_hf(transformers.Qwen3ForCausalLM(config))  # doctest: +SKIP
+"""  # noqa: E501
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attention.model.llama import attention_from_llama
+from attention.model.llama_block import ACTIVATIONS, LlamaModel
+
+__all__ = ["MOE_SETTINGS", "MULTIPLIERS", "from_hf"]
+
+MOE_SETTINGS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_layers",
+                "moe_intermediate_size", "num_experts_per_tok")  # fmt: skip
+"""Settings of a mixture-of-experts feed-forward, which is not built here."""
+
+MULTIPLIERS = ("embedding_multiplier", "logits_scaling", "logit_scale", "residual_multiplier")
+"""Granite's and Cohere's scalings of the embeddings, logits and residuals: refused unless 1."""
+
+_PLACEMENTS = {  # the decoder layer's norms -> (placement, our name for each)
+    ("input_layernorm", "post_attention_layernorm"): (
+        "pre", {"input_layernorm": "norm1", "post_attention_layernorm": "norm2"}),
+    ("input_layernorm", "post_attention_layernorm", "post_feedforward_layernorm",
+     "pre_feedforward_layernorm"): (
+        "sandwich", {"input_layernorm": "norm1", "post_attention_layernorm": "post_att_norm",
+                     "pre_feedforward_layernorm": "norm2",
+                     "post_feedforward_layernorm": "post_ff_norm"}),
+    ("post_attention_layernorm", "post_feedforward_layernorm"): (
+        "post", {"post_attention_layernorm": "post_att_norm",
+                 "post_feedforward_layernorm": "post_ff_norm"}),
+}  # fmt: skip
+
+
+def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel:
+    """transformers' `*ForCausalLM` as a [`LlamaModel`][attention.model.llama_block.LlamaModel]
+    with the same weights (copies), in their dtype and on their device, in eval mode.
+
+    Args:
+        hf_model: a Llama-family `*ForCausalLM` (`LlamaForCausalLM`, `Qwen3ForCausalLM`,
+            `Gemma3ForCausalLM`, `Olmo2ForCausalLM`, `MistralForCausalLM`,
+            `SmolLM3ForCausalLM`, ...).
+        check: run both models on a probe and refuse the model if their logits differ.
+
+    Raises:
+        TypeError: `hf_model` is not a transformers model with a config.
+        ValueError: a setting, module or tensor it does not apply, named; or logits that
+            differ on the probe.
+    """
+    config = getattr(hf_model, "config", None)
+    if not isinstance(hf_model, nn.Module) or not hasattr(config, "to_dict"):
+        raise TypeError(
+            f"hf_model must be a transformers *ForCausalLM (a module with a config), got "
+            f"{type(hf_model).__name__}"
+        )
+    settings: dict[str, Any] = config.to_dict()  # type: ignore[union-attr]
+    _refuse(settings)
+    state = _with_gains(hf_model, dict(hf_model.state_dict()))
+    n_layers = int(settings["num_hidden_layers"])
+    placement, names = _placement(state)
+    layers = [
+        attention_from_llama(state, config, prefix=f"model.layers.{i}.self_attn.", layer=i)
+        for i in range(n_layers)
+    ]
+    embedding: Any = getattr(hf_model, "get_input_embeddings")()  # noqa: B009
+    head: Any = getattr(hf_model, "get_output_embeddings")()  # noqa: B009
+    tied = head is not None and head.weight is embedding.weight
+    scale = getattr(embedding, "embed_scale", None)
+    cfg = {"vocab_size": settings["vocab_size"], "context_length": layers[0].context_length,
+           "emb_dim": settings["hidden_size"], "hidden_dim": settings["intermediate_size"],
+           "n_layers": n_layers, "layers": layers, "act": _activation(settings),
+           "norm_eps": settings.get("rms_norm_eps") or 1e-6, "norms": placement,
+           "tie_embeddings": tied, "embed_scale": None if scale is None else float(scale),
+           "final_softcap": settings.get("final_logit_softcapping")}  # fmt: skip
+    like = layers[0].W_query.weight
+    model = LlamaModel(cfg).to(dtype=like.dtype, device=like.device).eval()
+    _copy(model, state, names, n_layers, tied)
+    if check:
+        _check_logits(model, hf_model)
+    return model
+
+
+def _refuse(settings: Mapping[str, Any]) -> None:
+    """Refuse, by name, a model-level setting that the package's model does not apply."""
+    found = [f"{key}={settings[key]!r}" for key in MOE_SETTINGS if settings.get(key)]
+    if found:
+        raise ValueError(
+            f"config sets {', '.join(found)}: a mixture-of-experts feed-forward, which "
+            "from_hf does not build"
+        )
+    found = [f"{key}={settings[key]!r}" for key in MULTIPLIERS
+             if settings.get(key) not in (None, 1, 1.0)]  # fmt: skip
+    if settings.get("mlp_bias"):
+        found.append("mlp_bias=True")
+    if found:
+        raise ValueError(f"config sets {', '.join(found)}, which from_hf does not apply")
+    _activation(settings)
+
+
+def _activation(settings: Mapping[str, Any]) -> str:
+    """The feed-forward's gate activation: Gemma's `hidden_activation`, else `hidden_act`."""
+    key = "hidden_activation" if settings.get("hidden_activation") else "hidden_act"
+    act = settings.get(key, "silu")
+    if act not in ACTIVATIONS:
+        raise ValueError(
+            f"config's {key}={act!r} is none of the activations from_hf applies: "
+            f"{', '.join(ACTIVATIONS)}"
+        )
+    return str(act)
+
+
+def _gain_offset(module: nn.Module) -> float:
+    """0 if `module` computes x / rms(x) * g (Llama), 1 if x / rms(x) * (1 + g) (Gemma):
+    found by running it on a probe; anything else is refused."""
+    weight: Tensor = getattr(module, "weight").detach()  # noqa: B009
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(3, weight.shape[0], generator=generator).to(weight.device, weight.dtype)
+    eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
+    with torch.no_grad():
+        out = module(x).double()
+    normed = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + eps)
+    tolerance = 1e-4 if weight.dtype in (torch.float32, torch.float64) else 3e-2
+    for offset in (0.0, 1.0):
+        want = normed * (weight.double() + offset)
+        if float((out - want).abs().max()) <= tolerance * (1 + float(want.abs().max())):
+            return offset
+    raise ValueError(
+        f"{type(module).__name__} computes neither x / rms(x) * weight (Llama's RMSNorm) nor "
+        "x / rms(x) * (1 + weight) (Gemma's): from_hf does not apply it"
+    )
+
+
+def _with_gains(hf_model: nn.Module, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`state` with every norm's gain as the package's `RMSNorm` applies it (Gemma's 1 + g)."""
+    offsets: dict[type, float] = {}
+    for name, module in hf_model.named_modules():
+        key = f"{name}.weight"
+        if "norm" not in name.rsplit(".", 1)[-1] or key not in state:
+            continue
+        kind = type(module)
+        if kind not in offsets:
+            offsets[kind] = _gain_offset(module)
+        if offsets[kind]:
+            state[key] = state[key] + offsets[kind]
+    return state
+
+
+def _placement(state: Mapping[str, Tensor]) -> tuple[str, dict[str, str]]:
+    """The block's norm placement, from the norms decoder layer 0 has."""
+    prefix = "model.layers.0."
+    norms = tuple(sorted(
+        key.removeprefix(prefix).removesuffix(".weight") for key in state
+        if key.startswith(prefix) and key.count(".") == 4 and "norm" in key))  # fmt: skip
+    if norms not in _PLACEMENTS:
+        raise ValueError(
+            f"the decoder layers' norms {list(norms)} are none of the placements from_hf "
+            f"builds: {[list(names) for names in _PLACEMENTS]}"
+        )
+    return _PLACEMENTS[norms]
+
+
+def _copy(
+    model: LlamaModel, state: Mapping[str, Tensor], names: Mapping[str, str], n_layers: int,
+    tied: bool,
+) -> None:  # fmt: skip
+    """Copy every tensor besides the attention's into `model`; refuse any left unread."""
+    ours = dict(model.named_parameters(remove_duplicate=False))
+    pairs = {
+        "model.embed_tokens.weight": "tok_emb.weight",
+        "model.norm.weight": "final_norm.weight",
+    }
+    if not tied:
+        pairs["lm_head.weight"] = "out_head.weight"
+    for i in range(n_layers):
+        for hf, name in names.items():
+            pairs[f"model.layers.{i}.{hf}.weight"] = f"trf_blocks.{i}.{name}.weight"
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            pairs[f"model.layers.{i}.mlp.{proj}.weight"] = f"trf_blocks.{i}.ff.{proj}.weight"
+    read = set(pairs) | {"lm_head.weight"} if tied else set(pairs)
+    unread = sorted(key for key in state if key not in read and ".self_attn." not in key)
+    missing = sorted(key for key in pairs if key not in state)
+    if unread or missing:
+        raise ValueError(
+            f"from_hf does not read {unread[:6]}{' ...' if len(unread) > 6 else ''} and "
+            f"misses {missing[:6]}: not a model of the Llama block"
+        )
+    with torch.no_grad():
+        for hf, name in pairs.items():
+            if ours[name].shape != state[hf].shape:
+                raise ValueError(
+                    f"{hf}: expected shape {tuple(ours[name].shape)}, got {tuple(state[hf].shape)}"
+                )
+            ours[name].copy_(state[hf])
+
+
+def _check_logits(model: LlamaModel, hf_model: nn.Module) -> None:
+    """Both models' logits on a probe of up to 8 tokens; refuse where they differ."""
+    num_tokens = min(8, model.context_length)
+    device = model.tok_emb.weight.device
+    ids = (torch.arange(num_tokens, device=device) * 7 + 3)[None] % model.vocab_size  # (1, T)
+    training = hf_model.training
+    try:
+        with torch.no_grad():
+            theirs = hf_model.eval()(input_ids=ids).logits.double()
+            ours = model(ids).double()
+    finally:
+        hf_model.train(training)
+    dtype = model.tok_emb.weight.dtype
+    tolerance = 1e-4 if dtype in (torch.float32, torch.float64) else 3e-2
+    error, scale = float((ours - theirs).abs().max()), float(theirs.abs().max())
+    if not error <= tolerance * (1 + scale):
+        raise ValueError(
+            f"the loaded model's logits differ from transformers' by {error:.3g} (largest "
+            f"{scale:.3g}, tolerance {tolerance:g} of it) on a probe of {num_tokens} tokens: "
+            f"{type(hf_model).__name__} computes something from_hf does not read"
+        )
