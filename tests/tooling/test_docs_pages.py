@@ -163,19 +163,32 @@ def test_no_control_characters_in_pages_or_docstrings() -> None:
 
 
 def chapters() -> list[str]:
-    """The chapter pages in the nav's order (the nav's two chapter sections of mkdocs.yml)."""
+    """The chapter pages in the nav's order (the nav's chapter sections of mkdocs.yml)."""
     nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
     sections = nav.split("  - performance.md", 1)[0]
     return re.findall(r"^      - ([\w-]+\.md)$", sections, re.M)
 
 
+BEYOND = ("latent.md", "tiles.md", "ring.md")
+"""The part "Beyond the book": chapters 17, 18 and 19 in this order. A branch may hold some of
+them; each keeps its number (the merged nav holds all three, in this order)."""
+
+
+def numbers(pages: list[str]) -> list[int]:
+    """Each chapter's number: its place in the nav, but 17 + its place in `BEYOND` there."""
+    return [17 + BEYOND.index(p) if p in BEYOND else n for n, p in enumerate(pages, start=1)]
+
+
 def test_chapters_are_numbered_in_the_navs_order_and_each_points_to_the_next() -> None:
-    """Titles `# 1.` to `# 16.` in the nav's order; a chapter's "Next:" link goes to the
-    chapter after it (the last to the Performance page); its exercise carries its number."""
+    """Titles `# 1.` to `# 16.` in the nav's order, then those beyond the book; a chapter's
+    "Next:" link goes to the chapter after it (the last to the Performance page); its exercise
+    carries its number."""
     pages = chapters()
-    assert pages[0] == "why-attention.md" and len(pages) == 16
+    book = [p for p in pages if p not in BEYOND]
+    assert pages[0] == "why-attention.md" and len(book) == 16 and pages[:16] == book
+    assert [p for p in BEYOND if p in pages] == pages[16:]
     following = [*pages[1:], "performance.md"]
-    for number, (page, after) in enumerate(zip(pages, following, strict=True), start=1):
+    for number, page, after in zip(numbers(pages), pages, following, strict=True):
         text = (ROOT / "docs" / page).read_text()
         assert text.startswith(f"# {number}. "), page
         if "Next:" in text:
