@@ -243,6 +243,9 @@ def _modify(problem: _Problem, raw: Tensor, qt: Tokens, kt: Tokens, fate: int) -
         from attention.layer.fused import bind  # the layer's own binding of positions
 
         s = bind(problem.mods, qt.line, kt.line, raw.shape[0], raw.shape[1])(raw)
+        if s.shape != raw.shape:
+            raise ValueError(f"score_mods {list(problem.mods)} must return the scores' shape "
+                             f"{tuple(raw.shape)}, got {tuple(s.shape)}")  # fmt: skip
     if fate == PARTIAL:  # the mask, evaluated on this tile only: (b or 1, h or 1, tq, tk)
         seen = visible(problem.rule, qt, kt, num_heads=raw.shape[1])
         s = s.masked_fill(~seen, -math.inf)
@@ -358,6 +361,7 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, problem: _Problem) -> Tensor:
         out, lse = _forward(problem, q, k, v)
+        assert out.shape == (*q.shape[:-1], v.shape[-1]) and lse.shape == q.shape[:-1]
         lines = (problem.q_line, problem.k_line, problem.q_docs, problem.k_docs)
         ctx.save_for_backward(q, k, v, out, lse, *lines)  # positions: T + S integers
         ctx.problem = problem
@@ -367,6 +371,7 @@ class FlashAttention(torch.autograd.Function):
     def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
         saved = tuple(t.detach() for t in ctx.saved_tensors[:5])  # no graph of the backward
         dq, dk, dv = _backward(ctx.problem, saved, dout.detach())
+        assert (dq.shape, dk.shape, dv.shape) == tuple(t.shape for t in saved[:3])
         return dq, dk, dv, None
 
 
