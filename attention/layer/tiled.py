@@ -551,8 +551,11 @@ def split_kv_attention(
         k: `(batch, num_kv_heads, num_keys, head_dim)`.
         v: `(batch, num_kv_heads, num_keys, d_v)`.
         num_splits: chunks of keys, 1 to `num_keys`.
-        mask, score_mods, q_positions, k_positions, scale: as in
-            [`flash_attention`][attention.layer.tiled.flash_attention].
+        mask: as in [`flash_attention`][attention.layer.tiled.flash_attention].
+        score_mods: likewise.
+        q_positions: likewise; default the last `num_queries` positions of the keys.
+        k_positions: likewise; default `0 .. num_keys - 1`.
+        scale: likewise; default $1 / \sqrt{d}$.
         workers: threads computing chunks at once (1: one after another).
 
     Returns:

@@ -20,7 +20,7 @@ from attention.layer.tiled import (
     tile_grid,
 )
 
-torch.manual_seed(0)
+_ = torch.manual_seed(0)
 
 # %% [markdown]
 # ## Exercise 18.1: two halves make the whole
