@@ -64,9 +64,13 @@ __all__ = [
     "tile_grid",
 ]
 
-SKIPPED, PARTIAL, FULL = 0, 1, 2
-"""A tile's fate in [`tile_grid`][attention.layer.tiled.tile_grid]: certainly hidden (not
-computed), partly visible (scores and mask), certainly visible in full (scores, no mask)."""
+SKIPPED = 0
+"""A tile's fate in [`tile_grid`][attention.layer.tiled.tile_grid]: certainly hidden, not
+computed."""
+PARTIAL = 1
+"""A tile's fate: maybe partly visible: its scores computed and the mask evaluated."""
+FULL = 2
+"""A tile's fate: certainly visible in full: its scores computed, no mask evaluated."""
 
 
 @dataclass
