@@ -965,7 +965,7 @@ def tile_grids(masks: dict[str, Mask], num_tokens: int = 32, block: int = 4) -> 
         raise ValueError(f"num_tokens must be 4 to 64, a multiple of block={block}, "
                          f"got {num_tokens}")  # fmt: skip
     side, top = 1.55, 2.35
-    board = _Board(3.9, 3.35, f"tiles of {block} x {block} over {num_tokens} tokens")
+    board = _Board(3.9, 2.95, f"tiles of {block} x {block} over {num_tokens} tokens")
     pos = torch.arange(num_tokens)
     for n, (title, mask) in enumerate(masks.items()):
         x = 0.3 + n * (side + 0.45)
