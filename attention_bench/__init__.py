@@ -16,7 +16,9 @@ per job:
 - [`live`][attention_bench.live]: the page's live comparison, and how busy the machine was;
 - [`batched`][attention_bench.batched]: a padded batch against its prompts one by one;
 - [`calls`][attention_bench.calls]: the Python calls of one decode step, counted;
-- [`window`][attention_bench.window]: a long sequence's window against causal attention.
+- [`window`][attention_bench.window]: a long sequence's window against causal attention;
+- [`split_kv`][attention_bench.split_kv]: split-KV decoding's chunks against one pass, on
+  torch's threads and on Python's (a script of its own, `python -m attention_bench.split_kv`).
 """
 
 from __future__ import annotations

@@ -26,8 +26,10 @@ from torch import Tensor, nn
 
 from attention.checks import check_size, check_tensor
 from attention.derivation.core import attention_scores, explicit_attention
+from attention.layer.masks import Mask
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.positions import apply_rope, rope_angles, rope_frequencies
+from attention.layer.tiled import FULL, SKIPPED, tile_grid
 from attention.model.gpt import TransformerBlock
 from attention_site.plot import _INK, _literal
 
@@ -45,6 +47,7 @@ __all__ = [
     "ring_buffer",
     "rope_rotation",
     "split_heads",
+    "tile_grids",
     "transformer_block",
 ]
 
@@ -916,3 +919,83 @@ def ring_buffer(window: int = 4, sinks: int = 2, tokens: Sequence[int] = (3, 6, 
     board.legend(0.15, 0.38, legend, 1.55, 0)
     return board.done(f"{cache.slots} slots (window {window} + sinks {sinks}) · numbers: "
                       "the positions held")  # fmt: skip
+
+
+def _tile_panel(board: _Board, corner: _Point, mask: Mask, num_tokens: int, block: int,
+                side: float) -> None:  # fmt: skip
+    """One mask's tiles at `corner` (top left), `side` inches wide: each tile in its fate's
+    colour and, in a tile the mask shows in part, its visible pairs in blue, row by row."""
+    from matplotlib.patches import Rectangle
+
+    pos = torch.arange(num_tokens)
+    fates = tile_grid(mask, pos, pos, block_q=block, block_k=block).tolist()
+    seen = mask.grid(pos, pos).tolist()  # (T, T) bool
+    cell, (x, y) = side / num_tokens, corner
+    faces = {SKIPPED: _FAINT_INK, FULL: _NEW}
+    for ti, row in enumerate(fates):
+        for tj, fate in enumerate(row):
+            lo = tj * block
+            board.ax.add_patch(Rectangle((x + lo * cell, y - (ti + 1) * block * cell),
+                                         block * cell, block * cell,
+                                         fc=faces.get(fate, _FILL), ec=_INK, lw=0.5))  # fmt: skip
+            for i in range(ti * block, (ti + 1) * block) if fate != FULL else ():
+                top = y - (i + 1) * cell  # query i's row
+                for a, b in _runs(seen[i][lo : lo + block]):  # a run of visible keys
+                    run = Rectangle((x + (lo + a) * cell, top), (b - a) * cell, cell, lw=0)
+                    board.ax.add_patch(run).set_facecolor(_SEEN)
+
+
+def _runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
+    """`(start, stop)` of each run of True in `flags`."""
+    runs, start = [], None
+    for j, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = j
+        elif not flag and start is not None:
+            runs.append((start, j))
+            start = None
+    return runs
+
+
+def tile_grids(masks: dict[str, Mask], num_tokens: int = 32, block: int = 4) -> Figure:
+    r"""Which tiles a tiled pass computes: one panel per mask, tiles skipped by its bounds.
+
+    Each panel is the $T \times T$ grid of (query, key) pairs cut into tiles of
+    `block` x `block`, coloured by [`tile_grid`][attention.layer.tiled.tile_grid]'s fate:
+    skipped (grey), computed with the mask (faint blue), computed without (orange); the pairs
+    the mask shows are drawn over them in blue.
+
+    Args:
+        masks: one or two masks to draw, by title.
+        num_tokens: $T$, 4 to 64, a multiple of `block`.
+        block: tokens per tile side.
+
+    Raises:
+        ValueError: not one or two masks, or sizes out of range.
+
+    Examples:
+        >>> from attention.layer.masks import causal
+        >>> fig = tile_grids({"causal": causal()}, num_tokens=8, block=4)
+        >>> "3 of 4 tiles computed" in [t.get_text() for t in fig.axes[0].texts]
+        True
+    """
+    if not 1 <= len(masks) <= 2:
+        raise ValueError(f"masks must hold one or two masks to draw, got {len(masks)}")
+    if not 4 <= check_size("num_tokens", num_tokens) <= 64 or num_tokens % check_size(
+            "block", block):  # fmt: skip
+        raise ValueError(f"num_tokens must be 4 to 64, a multiple of block={block}, "
+                         f"got {num_tokens}")  # fmt: skip
+    side, top = 1.55, 2.35
+    board = _Board(3.9, 2.95, f"tiles of {block} x {block} over {num_tokens} tokens")
+    pos = torch.arange(num_tokens)
+    for n, (title, mask) in enumerate(masks.items()):
+        x = 0.3 + n * (side + 0.45)
+        fates = tile_grid(mask, pos, pos, block_q=block, block_k=block)
+        computed = int((fates != SKIPPED).sum())
+        board.text(x + side / 2, top + 0.32, title, size=9.5)
+        board.text(x + side / 2, top + 0.12, f"{computed} of {fates.numel()} tiles computed",
+                   size=8)  # fmt: skip
+        _tile_panel(board, (x, top), mask, num_tokens, block, side)
+    legend = [(_FAINT_INK, "skipped"), (_FILL, "masked"), (_NEW, "full: no mask")]  # tiles
+    board.legend(0.2, 0.55, legend, dx=1.25, dy=0.0, size=8.5)
+    return board.done("rows: queries · columns: keys · blue: pairs the mask shows")

@@ -19,6 +19,9 @@
 - [`attention.layer.qk_norm`][attention.layer.qk_norm]: RMSNorm, and QK-norm of queries and
   keys (per head, or over the projection).
 - [`attention.layer.sinks`][attention.layer.sinks]: a learned sink logit.
+- [`attention.layer.tiled`][attention.layer.tiled]: FlashAttention's forward and backward in
+  tiles, in plain PyTorch (no $T \\times S$ matrix, hidden tiles skipped), and split-KV
+  decoding with the log-sum-exp merge.
 - [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring
   buffer.
 - [`attention.layer.testing`][attention.layer.testing]: how the layer is checked, for its

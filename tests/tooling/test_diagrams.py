@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from attention import MultiHeadAttention, SelfAttentionV1, SelfAttentionV2
 from attention.derivation.core import causal_mask
 from attention.lab.rnn import Seq2Seq
-from attention.layer.masks import chunk_mask
+from attention.layer.masks import causal, chunk_mask, sinks, window
 from attention.model.gpt import TransformerBlock
 from attention_site import diagrams
 from attention_site.plot import svg
@@ -70,6 +70,9 @@ def every_diagram() -> dict[str, Callable[[], Figure]]:
         "mask_grid, 16 keys": lambda: diagrams.mask_grid(causal_mask(16)),
         "encoder_decoder, 12 tokens": lambda: diagrams.encoder_decoder(
             nn.GRU(2, 32, batch_first=True), torch.randn(3, 12, 2)
+        ),
+        "tile_grids": lambda: diagrams.tile_grids(
+            {"causal()": causal(), "window(8) | sinks(2)": causal() & (window(8) | sinks(2))}
         ),
     }
 
@@ -488,3 +491,14 @@ def test_bad_arguments_are_named(
 ) -> None:
     with pytest.raises(error, match=message):
         call()
+
+
+def test_tile_grids_counts_the_tiles_its_panels_draw() -> None:
+    """The panel's count is tile_grid's, and the skipped tiles are drawn in grey."""
+    fig = diagrams.tile_grids({"causal": causal(), "window": window(4)}, num_tokens=16, block=4)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "10 of 16 tiles computed" in texts and "7 of 16 tiles computed" in texts
+    with pytest.raises(ValueError, match="num_tokens must be 4 to 64, a multiple of block=4"):
+        diagrams.tile_grids({"causal": causal()}, num_tokens=18, block=4)
+    with pytest.raises(ValueError, match="one or two masks"):
+        diagrams.tile_grids({})

@@ -163,28 +163,21 @@ def test_no_control_characters_in_pages_or_docstrings() -> None:
 
 
 def chapters() -> list[str]:
-    """The chapter pages in the nav's order (the nav's two chapter sections of mkdocs.yml)."""
+    """The chapter pages in the nav's order (the nav's chapter sections of mkdocs.yml)."""
     nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
     sections = nav.split("  - performance.md", 1)[0]
     return re.findall(r"^      - ([\w-]+\.md)$", sections, re.M)
 
 
-BEYOND_THE_BOOK = ("latent.md", "tiles.md", "ring.md")
-"""The chapters after the book's 16, numbered 17, 18, 19 in this order (a branch may hold
-only some of them: each keeps its number)."""
-
-
 def test_chapters_are_numbered_in_the_navs_order_and_each_points_to_the_next() -> None:
-    """Titles `# 1.` to `# 16.` in the nav's order, then `BEYOND_THE_BOOK`'s; a chapter's
-    "Next:" link goes to the chapter after it (the last to the Performance page); its exercise
-    carries its number."""
+    """Titles `# 1.` to `# 19.` in the nav's order (the book's 16, then those beyond it); a
+    chapter's "Next:" link goes to the chapter after it (the last to the Performance page);
+    its exercise carries its number."""
     pages = chapters()
-    assert pages[0] == "why-attention.md" and len(pages) >= 16
-    beyond = pages[16:]
-    assert beyond == [p for p in BEYOND_THE_BOOK if p in beyond]
-    numbers = [*range(1, 17), *(17 + BEYOND_THE_BOOK.index(p) for p in beyond)]
+    assert pages[0] == "why-attention.md" and len(pages) == 19
+    assert pages[16:] == ["latent.md", "tiles.md", "ring.md"]
     following = [*pages[1:], "performance.md"]
-    for number, page, after in zip(numbers, pages, following, strict=True):
+    for number, (page, after) in enumerate(zip(pages, following, strict=True), start=1):
         text = (ROOT / "docs" / page).read_text()
         assert text.startswith(f"# {number}. "), page
         if "Next:" in text:
