@@ -7,7 +7,8 @@ it (and [`attention.checks`][attention.checks], the argument checks every floor 
    attention without weights, self-attention with $W_q, W_k, W_v$, causal attention, the
    multi-head wrapper, and the functional core they share.
 2. [`attention.layer`][attention.layer]: the production `MultiHeadAttention`: masks and score
-   modifiers as functions, the planner that picks the kernel call, RoPE, sinks and the cache.
+   modifiers as functions, the planner that picks the kernel call, RoPE, sinks and the cache;
+   and `MultiHeadLatentAttention`, DeepSeek's latent attention, on the same machinery.
 3. [`attention.model`][attention.model]: the book's GPT on that layer, generation, and
    checkpoints in and out (Hugging Face's GPT-2, Llama-family attention layers).
 4. [`attention.lab`][attention.lab]: the chapters' experiments: the RNN copy task, the
@@ -60,6 +61,7 @@ from attention.derivation.text import (
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
 from attention.layer.alibi import alibi, alibi_slopes
 from attention.layer.cache import KVCache
+from attention.layer.latent import MultiHeadLatentAttention
 from attention.layer.masks import Mask
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.prefix_lm import prefix_lm
@@ -90,6 +92,7 @@ __all__ = [
     "LayerNorm",
     "Mask",
     "MultiHeadAttention",
+    "MultiHeadLatentAttention",
     "MultiHeadAttentionWrapper",
     "ScoreMod",
     "SelfAttentionV1",

@@ -15,6 +15,8 @@
   modifier.
 - [`attention.layer.positions`][attention.layer.positions]: RoPE (and the sinusoidal table).
 - [`attention.layer.sinks`][attention.layer.sinks]: a learned sink logit.
+- [`attention.layer.latent`][attention.layer.latent]: multi-head latent attention (DeepSeek-V2
+  and V3, Kimi K2): keys and values made from one cached latent per token, naive or absorbed.
 - [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring
   buffer.
 - [`attention.layer.testing`][attention.layer.testing]: how the layer is checked, for its
