@@ -330,3 +330,22 @@ def test_repr_and_window_mask() -> None:
     assert "kv_lora_rank=8" in repr(layer) and "absorb=False" in repr(layer)
     assert layer.init_cache(1).slots == 3  # a ring of the window
     assert layer.layout is not None and layer.layout[0] == "latent"
+
+
+def test_published_latent_shapes_match_the_layer() -> None:
+    """DeepSeek-V3's and Kimi K2's published widths, built as the layer (on `meta`: no
+    numbers): its cache holds `cached_per_token` numbers per token, what the page prints."""
+    from attention.model.shapes import LATENT, cached_per_token, kv_cache_bytes
+
+    for shape in LATENT.values():
+        with torch.device("meta"):
+            layer = MultiHeadLatentAttention(
+                shape.d_model, shape.num_heads, 16, kv_lora_rank=shape.kv_lora_rank,
+                qk_nope_head_dim=shape.qk_nope_head_dim, qk_rope_head_dim=shape.qk_rope_head_dim,
+                v_head_dim=shape.v_head_dim, q_lora_rank=shape.q_lora_rank,
+            )  # fmt: skip
+        cache = layer.init_cache(batch_size=1, max_tokens=16)
+        assert (cache.keys.numel() + cache.values.numel()) // 16 == cached_per_token(shape) == 576
+        assert kv_cache_bytes(shape, 10, batch=2) == 2 * 10 * 61 * 576 * 2
+    deepseek = LATENT["DeepSeek-V3"]
+    assert deepseek.expanded_per_token == 128 * (128 + 64 + 128)
