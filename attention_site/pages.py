@@ -25,7 +25,7 @@ SHOWN = re.compile(
 
 _SITE_IMPORT = re.compile(r"^\s*(?:from|import) attention_site\b", re.MULTILINE)
 _PART = r"^  - {}:\n((?:      - .*\n)+)"
-PARTS = ("The derivation", "What current models use")
+PARTS = ("The derivation", "What current models use", "Beyond the book")
 """mkdocs.yml's nav sections that hold the chapters, numbered from 1 in this order."""
 
 

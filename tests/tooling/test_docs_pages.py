@@ -163,17 +163,17 @@ def test_no_control_characters_in_pages_or_docstrings() -> None:
 
 
 def chapters() -> list[str]:
-    """The chapter pages in the nav's order (the nav's two chapter sections of mkdocs.yml)."""
+    """The chapter pages in the nav's order (the nav's chapter sections of mkdocs.yml)."""
     nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1]
     sections = nav.split("  - performance.md", 1)[0]
     return re.findall(r"^      - ([\w-]+\.md)$", sections, re.M)
 
 
 def test_chapters_are_numbered_in_the_navs_order_and_each_points_to_the_next() -> None:
-    """Titles `# 1.` to `# 16.` in the nav's order; a chapter's "Next:" link goes to the
+    """Titles `# 1.` to `# 17.` in the nav's order; a chapter's "Next:" link goes to the
     chapter after it (the last to the Performance page); its exercise carries its number."""
     pages = chapters()
-    assert pages[0] == "why-attention.md" and len(pages) == 16
+    assert pages[0] == "why-attention.md" and len(pages) == 17
     following = [*pages[1:], "performance.md"]
     for number, (page, after) in enumerate(zip(pages, following, strict=True), start=1):
         text = (ROOT / "docs" / page).read_text()
