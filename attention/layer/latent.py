@@ -9,19 +9,28 @@ cached. For token $t$ and head $i$, with $x_t$ the input:
 
 $$
 \begin{aligned}
-[c_t;\ \tilde k^R_t] &= W_{DKV}\, x_t, \qquad c_t \leftarrow \operatorname{RMSNorm}(c_t),
-\qquad k^R_t = \operatorname{RoPE}_t(\tilde k^R_t), \\
-k^{(i)}_t &= [W^{(i)}_{UK} c_t;\ k^R_t], \qquad v^{(i)}_t = W^{(i)}_{UV} c_t, \\
-q^{(i)}_t &= [q^{(i),N}_t;\ \operatorname{RoPE}_t(q^{(i),R}_t)], \qquad
-  [q^{(i),N}_t; q^{(i),R}_t] = W^{(i)}_{UQ} \operatorname{RMSNorm}(W_{DQ}\, x_t)
-  \text{ (or } W^{(i)}_Q x_t\text{)}, \\
-o^{(i)}_t &= \sum_s \operatorname{softmax}_s\bigl(\tau\, q^{(i)}_t \cdot k^{(i)}_s + M_{ts}
-  \bigr)\, v^{(i)}_s, \qquad \tau = \frac{\text{softmax\_factor}}{\sqrt{d_N + d_R}}, \\
+[c_t;\ \tilde k^R_t] &= W_{DKV}\, x_t, \\
+c_t &\leftarrow \operatorname{RMSNorm}(c_t), \\
+k^R_t &= \operatorname{RoPE}_t(\tilde k^R_t), \\
+k^{(i)}_t &= [W^{(i)}_{UK} c_t;\ k^R_t], \\
+v^{(i)}_t &= W^{(i)}_{UV} c_t, \\
+q^{(i)}_t &= [q^{(i),N}_t;\ \operatorname{RoPE}_t(q^{(i),R}_t)],
+\end{aligned}
+$$
+
+with $[q^{(i),N}_t; q^{(i),R}_t] = W^{(i)}_{UQ} \operatorname{RMSNorm}(W_{DQ}\, x_t)$ (or
+$W^{(i)}_Q x_t$ without `q_lora_rank`), and
+
+$$
+\begin{aligned}
+o^{(i)}_t &= \sum_s \operatorname{softmax}_s\bigl(\tau\, q^{(i)}_t \cdot k^{(i)}_s
+  + M_{ts}\bigr)\, v^{(i)}_s, \\
 \text{out}_t &= W_O\, [o^{(0)}_t; \dots; o^{(h-1)}_t],
 \end{aligned}
 $$
 
-with $W^{(i)}_{UK} \in \mathbb{R}^{d_N \times r}$, $W^{(i)}_{UV} \in \mathbb{R}^{d_V \times r}$
+with $\tau$ = `softmax_factor` $/ \sqrt{d_N + d_R}$, $M$ the mask, and
+$W^{(i)}_{UK} \in \mathbb{R}^{d_N \times r}$, $W^{(i)}_{UV} \in \mathbb{R}^{d_V \times r}$
 (`kv_b_proj`, stacked), $d_N$ = `qk_nope_head_dim`, $d_V$ = `v_head_dim`.
 
 Two ways to compute it, equal:
