@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from attention.checks import check_size
 
 __all__ = [
+    "LARGE_GQA",
     "LATENT",
     "PUBLISHED",
     "LatentShape",
@@ -77,15 +78,24 @@ PUBLISHED: dict[str, ModelShape] = {
         ModelShape("GPT-2 small", 12, 768, 12, 12, 64),
         ModelShape("Llama 2 7B", 32, 4096, 32, 32, 128),
         ModelShape("Llama 3 8B", 32, 4096, 32, 8, 128),
-        ModelShape("Llama 3 70B", 80, 8192, 64, 8, 128),
         ModelShape("Mistral 7B v0.1", 32, 4096, 32, 8, 128, window=4096, windowed_layers=32),
         ModelShape("Qwen2.5 7B", 28, 3584, 28, 4, 128),
-        ModelShape("Qwen3 235B-A22B", 94, 4096, 64, 4, 128),
         ModelShape("Gemma 2 9B", 42, 3584, 16, 8, 256, window=4096, windowed_layers=21),
     )
 }
 """Published shapes, keyed by name. Mistral 7B's window is v0.1's, in every layer (v0.2 and
 later attend over their whole 32k context); Gemma 2 uses its window in every other layer."""
+
+
+LARGE_GQA: dict[str, ModelShape] = {
+    shape.name: shape
+    for shape in (
+        ModelShape("Llama 3 70B", 80, 8192, 64, 8, 128),
+        ModelShape("Qwen3 235B-A22B", 94, 4096, 64, 4, 128),
+    )
+}
+"""Larger grouped-query models, compared with the latent ones in chapter 17 (kept apart from
+`PUBLISHED`, whose models chapters 5 and 11 chart)."""
 
 
 @dataclass(frozen=True)

@@ -14,18 +14,18 @@ import math
 import torch
 
 from attention import MultiHeadLatentAttention
-from attention.model.shapes import LATENT, PUBLISHED, kv_cache_bytes
+from attention.model.shapes import LARGE_GQA, LATENT, kv_cache_bytes
 
 # %% [markdown]
 # ## Exercise 17.1: DeepSeek-V3's cache by hand
 #
 # DeepSeek-V3 has 61 layers, $r = 512$ and $d_R = 64$. How many bytes (bfloat16) does it cache
 # for a 128k-token conversation (131,072 tokens)? Check with `kv_cache_bytes`, then compare
-# with Llama 3 70B (`PUBLISHED["Llama 3 70B"]`) at the same length.
+# with Llama 3 70B (`LARGE_GQA["Llama 3 70B"]`) at the same length.
 
 # %%
 # Solution
-deepseek, llama = LATENT["DeepSeek-V3"], PUBLISHED["Llama 3 70B"]
+deepseek, llama = LATENT["DeepSeek-V3"], LARGE_GQA["Llama 3 70B"]
 T = 131_072
 by_hand = deepseek.num_layers * (512 + 64) * T * 2
 assert by_hand == kv_cache_bytes(deepseek, num_tokens=T)
