@@ -7,7 +7,8 @@ it (and [`attention.checks`][attention.checks], the argument checks every floor 
    attention without weights, self-attention with $W_q, W_k, W_v$, causal attention, the
    multi-head wrapper, and the functional core they share.
 2. [`attention.layer`][attention.layer]: the production `MultiHeadAttention`: masks and score
-   modifiers as functions, the planner that picks the kernel call, RoPE, sinks and the cache.
+   modifiers as functions, the planner that picks the kernel call, RoPE, sinks and the cache;
+   and `MultiHeadLatentAttention`, DeepSeek's latent attention, on the same machinery.
    Beside it, on the same floor, [`attention.parallel`][attention.parallel]: attention across
    processes (ring attention on `torch.distributed`, zigzag shards, training with DDP, FSDP2
    or the ring), from the layer's masks.
@@ -63,6 +64,7 @@ from attention.derivation.text import (
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
 from attention.layer.alibi import alibi, alibi_slopes
 from attention.layer.cache import KVCache
+from attention.layer.latent import MultiHeadLatentAttention
 from attention.layer.masks import Mask
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.prefix_lm import prefix_lm
@@ -95,6 +97,7 @@ __all__ = [
     "Mask",
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
+    "MultiHeadLatentAttention",
     "ScoreMod",
     "SelfAttentionV1",
     "SelfAttentionV2",

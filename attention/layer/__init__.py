@@ -22,6 +22,8 @@
 - [`attention.layer.tiled`][attention.layer.tiled]: FlashAttention's forward and backward in
   tiles, in plain PyTorch (no $T \\times S$ matrix, hidden tiles skipped), and split-KV
   decoding with the log-sum-exp merge.
+- [`attention.layer.latent`][attention.layer.latent]: multi-head latent attention (DeepSeek-V2
+  and V3, Kimi K2): keys and values made from one cached latent per token, naive or absorbed.
 - [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring
   buffer.
 - [`attention.layer.testing`][attention.layer.testing]: how the layer is checked, for its

@@ -166,9 +166,18 @@ def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool) -> 
 
 
 def check_cache(
-    layer: Specified, cache: object, batch_size: int, num_tokens: int, like: Tensor
+    layer: Specified,
+    cache: object,
+    batch_size: int,
+    num_tokens: int,
+    like: Tensor,
+    widths: tuple[int, int, int] | None = None,
 ) -> None:
-    """Raise an error naming `cache` unless it was made for `layer` and fits the chunk."""
+    """Raise an error naming `cache` unless it was made for `layer` and fits the chunk.
+
+    `widths`: the heads, key width and value width the layer stores; default
+    `(num_kv_heads, head_dim, head_dim)`.
+    """
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache (from init_cache), got {type(cache).__name__}")
     rule = layer.rule
@@ -180,12 +189,14 @@ def check_cache(
             "change what the cached ones attended to"
         )
     keys = cache.keys
-    made = (keys.shape[1], keys.shape[3], keys.dtype, keys.device)
-    if made != (layer.num_kv_heads, layer.head_dim, like.dtype, like.device):
+    heads, d_k, d_v = widths or (layer.num_kv_heads, layer.head_dim, layer.head_dim)
+    made = (keys.shape[1], keys.shape[3], cache.values.shape[3], keys.dtype, keys.device)
+    if made != (heads, d_k, d_v, like.dtype, like.device):
         raise ValueError(
-            f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, {made[2]} on "
-            f"{made[3]}; this module has num_kv_heads={layer.num_kv_heads}, head_dim="
-            f"{layer.head_dim}, {like.dtype} on {like.device}: use its init_cache"
+            f"cache was made for num_kv_heads={made[0]}, head_dim={made[1]}, "
+            f"value_dim={made[2]}, {made[3]} on {made[4]}; this module stores "
+            f"num_kv_heads={heads}, head_dim={d_k}, value_dim={d_v}, {like.dtype} on "
+            f"{like.device}: use its init_cache"
         )
     if cache.ring and (cache.window, cache.sinks) != (layer.window, layer.sinks):
         raise ValueError(

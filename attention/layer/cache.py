@@ -66,7 +66,9 @@ class KVCache:
         max_tokens: the most tokens it takes, prompt (and its padding) included; None for no
             limit (a ring buffer only).
         num_kv_heads: key/value heads.
-        head_dim: width of each head.
+        head_dim: width of each head's keys.
+        value_dim: width of each head's values; default `head_dim` (latent attention keeps
+            a RoPE key and a wider latent: [`attention.layer.latent`][attention.layer.latent]).
         window: how far back the layer's queries see (its mask's reach): keep only that.
         sinks: the first positions every query sees (its mask's anchor), kept for good.
         device: where to allocate it.
@@ -76,7 +78,7 @@ class KVCache:
         keys: `(batch_size, num_kv_heads, slots, head_dim)` (a view of storage with one more,
             spare slot, that takes what a row does not keep: padding, a ring's overwritten
             tokens; never read).
-        values: the same shape.
+        values: `(batch_size, num_kv_heads, slots, value_dim)`.
         positions: `(batch_size, slots)` int64, the position each slot holds (-1: empty).
         documents: `(batch_size, slots)` int64 document ids, once documents were given;
             else None.
@@ -102,6 +104,7 @@ class KVCache:
         *,
         window: int | None = None,
         sinks: int = 0,
+        value_dim: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> None:
@@ -109,6 +112,7 @@ class KVCache:
             ("batch_size", batch_size),
             ("num_kv_heads", num_kv_heads),
             ("head_dim", head_dim),
+            ("value_dim", head_dim if value_dim is None else value_dim),
         ):
             check_size(name, value)
         check_size("sinks", sinks, minimum=0)
@@ -126,7 +130,8 @@ class KVCache:
         self.window, self.sinks = window, sinks
         shape = (batch_size, num_kv_heads, slots + 1, head_dim)  # + 1: the spare slot
         self._k = torch.zeros(shape, device=device, dtype=dtype)
-        self._v = torch.zeros(shape, device=device, dtype=dtype)
+        width = head_dim if value_dim is None else value_dim
+        self._v = torch.zeros((*shape[:3], width), device=device, dtype=dtype)
         self._pos = torch.full((batch_size, slots + 1), -1, dtype=torch.long, device=device)
         self._docs: Tensor | None = None
         self.next = torch.zeros(batch_size, dtype=torch.long, device=device)
@@ -150,7 +155,7 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes of the keys and values it holds when full."""
-        return 2 * self.keys.numel() * self.keys.element_size()
+        return (self.keys.numel() + self.values.numel()) * self.keys.element_size()
 
     def reset(self) -> None:
         """Forget every token (the memory stays allocated)."""
@@ -268,13 +273,14 @@ class KVCache:
             slot = self.filled[:, None] + real.long().cumsum(dim=1) - 1
         index = torch.where(keep, slot, self.slots)  # (b, T); the spare: self.slots
         wide = index[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        wide_v = index[:, None, :, None].expand(-1, values.shape[1], -1, values.shape[3])
         if torch.is_grad_enabled():
             self._k = self._k.scatter(2, wide, keys)
-            self._v = self._v.scatter(2, wide, values)
+            self._v = self._v.scatter(2, wide_v, values)
             self._view()
         else:
             self._k.scatter_(2, wide, keys)
-            self._v.scatter_(2, wide, values)
+            self._v.scatter_(2, wide_v, values)
         self._pos.scatter_(1, index, pos)
         if self._docs is not None:
             docs = tokens.docs if tokens.docs is not None else torch.zeros_like(pos)
@@ -303,7 +309,9 @@ class KVCache:
     def __repr__(self) -> str:
         b, h_kv, _, d_h = self.keys.shape
         ring = f", window={self.window}, sinks={self.sinks}" if self.ring else ""
+        d_v = self.values.shape[3]
+        value = f", value_dim={d_v}" if d_v != d_h else ""
         return (
             f"KVCache(batch_size={b}, length={self.length}, slots={self.slots}, "
-            f"num_kv_heads={h_kv}, head_dim={d_h}{ring})"
+            f"num_kv_heads={h_kv}, head_dim={d_h}{value}{ring})"
         )

@@ -193,7 +193,7 @@ class Specified:
         self._unprobed = True  # a new mask or modifier is tried at the next call
         bounds = new.mask.bounds  # what each call reads, derived here from the one spec
         self._prefix, self._cross = bounds.prefix, bounds.everything
-        self._layout = (
+        self._layout: tuple[object, ...] | None = (
             None
             if bounds.prefix is None
             else (self.num_kv_heads, self.head_dim, bounds.reach or None, bounds.anchor)

@@ -9,7 +9,10 @@ $$
 
 the 2 for keys and values. Fewer key/value heads ($h_{kv} < h$, grouped-query attention)
 shrink it by $h / h_{kv}$; a sliding window caps the tokens a windowed layer keeps at the
-window $w$.
+window $w$. A model with latent attention
+([`attention.layer.latent`][attention.layer.latent]) keeps instead one latent of
+`kv_lora_rank` numbers and one RoPE key of `qk_rope_head_dim` per token and layer
+([`LatentShape`][attention.model.shapes.LatentShape]).
 
 The shapes are the models' published configurations (their `config.json`); only the
 attention's numbers are kept.
@@ -25,6 +28,9 @@ Examples:
     (21, 4096)
     >>> kv_cache_bytes(gemma, 8192) == kv_cache_bytes(gemma, 4096) * (21 * 2 + 21) // 42
     True
+    >>> deepseek = LATENT["DeepSeek-V3"]
+    >>> cached_per_token(deepseek), cached_per_token(llama)  # numbers per token and layer
+    (576, 2048)
 """
 
 from __future__ import annotations
@@ -33,7 +39,16 @@ from dataclasses import dataclass
 
 from attention.checks import check_size
 
-__all__ = ["PUBLISHED", "ModelShape", "kv_cache_bytes", "kv_projection_params"]
+__all__ = [
+    "LARGE_GQA",
+    "LATENT",
+    "PUBLISHED",
+    "LatentShape",
+    "ModelShape",
+    "cached_per_token",
+    "kv_cache_bytes",
+    "kv_projection_params",
+]
 
 
 @dataclass(frozen=True)
@@ -72,8 +87,61 @@ PUBLISHED: dict[str, ModelShape] = {
 later attend over their whole 32k context); Gemma 2 uses its window in every other layer."""
 
 
+LARGE_GQA: dict[str, ModelShape] = {
+    shape.name: shape
+    for shape in (
+        ModelShape("Llama 3 70B", 80, 8192, 64, 8, 128),
+        ModelShape("Qwen3 235B-A22B", 94, 4096, 64, 4, 128),
+    )
+}
+"""Larger grouped-query models, compared with the latent ones in chapter 17 (kept apart from
+`PUBLISHED`, whose models chapters 5 and 11 chart)."""
+
+
+@dataclass(frozen=True)
+class LatentShape:
+    """The attention-relevant shape of a model with multi-head latent attention."""
+
+    name: str
+    num_layers: int
+    d_model: int
+    num_heads: int
+    kv_lora_rank: int
+    """$r$: the latent's width, cached per token."""
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    """$d_R$: the one RoPE key's width, cached per token beside the latent."""
+    v_head_dim: int
+    q_lora_rank: int | None = None
+
+    @property
+    def expanded_per_token(self) -> int:
+        """Numbers per token and layer of the keys and values the latent expands to:
+        $h (d_N + d_R + d_V)$, what multi-head attention of these widths would cache."""
+        return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+
+
+LATENT: dict[str, LatentShape] = {
+    shape.name: shape
+    for shape in (
+        LatentShape("DeepSeek-V3", 61, 7168, 128, 512, 128, 64, 128, q_lora_rank=1536),
+        LatentShape("Kimi K2", 61, 7168, 64, 512, 128, 64, 128, q_lora_rank=1536),
+    )
+}
+"""Published shapes with latent attention, keyed by name (their `config.json`: Kimi K2 is
+DeepSeek-V3's architecture with half the heads)."""
+
+
+def cached_per_token(shape: ModelShape | LatentShape) -> int:
+    """Numbers one layer caches per token: $2 h_{kv} d_h$ (keys and values), or a latent
+    model's $r + d_R$ (its latent and its RoPE key)."""
+    if isinstance(shape, LatentShape):
+        return shape.kv_lora_rank + shape.qk_rope_head_dim
+    return 2 * shape.num_kv_heads * shape.head_dim
+
+
 def kv_cache_bytes(
-    shape: ModelShape, num_tokens: int, batch: int = 1, bytes_per_number: int = 2
+    shape: ModelShape | LatentShape, num_tokens: int, batch: int = 1, bytes_per_number: int = 2
 ) -> int:
     """Bytes of keys and values a model keeps for `num_tokens` tokens of `batch` sequences.
 
@@ -86,12 +154,14 @@ def kv_cache_bytes(
         bytes_per_number: 2 for bfloat16 or float16, 4 for float32.
 
     Returns:
-        $2 \\cdot h_{kv} \\cdot d_h \\cdot$ bytes, times the tokens each layer keeps, summed
-        over layers, times `batch`.
+        [`cached_per_token`][attention.model.shapes.cached_per_token] times bytes, times the
+        tokens each layer keeps, summed over layers, times `batch`.
     """
     check_size("num_tokens", num_tokens, minimum=0)
     check_size("batch", batch)
-    per_layer_token = 2 * shape.num_kv_heads * shape.head_dim * bytes_per_number
+    per_layer_token = cached_per_token(shape) * bytes_per_number
+    if isinstance(shape, LatentShape):
+        return per_layer_token * shape.num_layers * num_tokens * batch
     windowed = shape.windowed_layers if shape.window else 0
     kept = (shape.num_layers - windowed) * num_tokens
     kept += windowed * min(num_tokens, shape.window or num_tokens)
