@@ -11,11 +11,10 @@
 
 # %%
 import torch
-import transformers
 from torch import nn
 
-import attention
 from attention.model.gpt import GPT_CONFIG_124M, LayerNorm, TransformerBlock
+from attention.model.llama_block import LlamaBlock
 
 _ = torch.manual_seed(0)
 
@@ -158,8 +157,8 @@ assert gradients[True][1] > 10 * gradients[False][1]
 # %% [markdown]
 # ## Exercise 13.4: a Llama block by hand
 #
-# Read a tiny Llama of Hugging Face's transformers into the package with
-# `attention.from_hf`, then write its first block's computation out of its parts:
+# Build one Llama block of the package (`attention.model.llama_block.LlamaBlock`, the block
+# `attention.from_hf` gives a Llama checkpoint), then write its computation out of its parts:
 # $h = x + \operatorname{Attention}(\operatorname{RMSNorm}_1(x))$, then
 # $h + W_d\,(\operatorname{SiLU}(W_g\, n) \odot W_u\, n)$ with
 # $n = \operatorname{RMSNorm}_2(h)$, the norm $x / \sqrt{\operatorname{mean}(x^2) +
@@ -167,18 +166,18 @@ assert gradients[True][1] > 10 * gradients[False][1]
 
 # %%
 # Solution
-config = transformers.LlamaConfig(
-    hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-    num_hidden_layers=2, intermediate_size=96, vocab_size=100,
-    max_position_embeddings=64, pad_token_id=None, bos_token_id=None,
-    eos_token_id=None,
-)  # fmt: skip
-model = attention.from_hf(transformers.LlamaForCausalLM(config))
-block = model.blocks[0]
+cfg = {"emb_dim": 64, "hidden_dim": 96, "context_length": 64, "norm_eps": 1e-6}
+block = LlamaBlock(
+    cfg, {"num_heads": 4, "num_kv_heads": 2, "rope": True, "qkv_bias": False}
+)
+with torch.no_grad():  # random gains, so that the norm's gain is checked too
+    for norm in (block.norm1, block.norm2):
+        assert norm is not None
+        norm.weight.uniform_(0.5, 1.5)
 
 
 def rms_norm(x: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
-    rms = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps)
+    rms = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + cfg["norm_eps"])
     return x / rms * gain
 
 
