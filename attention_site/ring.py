@@ -143,17 +143,17 @@ def ring_figure(world: int = 4) -> Figure:
 
     if not 2 <= world <= 4:
         raise ValueError(f"world must be 2 to 4 to draw, got {world}")
-    board = _Board(4.9, 2.9, "the ring: queries stay, key/value blocks travel")
-    centre, radius = (1.1, 1.45), 0.7
+    board = _Board(4.7, 2.9, "the ring: queries stay, key/value blocks travel")
+    centre, radius = (1.0, 1.45), 0.7
     boxes = []
     for r in range(world):  # process 0 on top, then clockwise
         angle = math.pi / 2 - 2 * math.pi * r / world
         x, y = centre[0] + radius * math.cos(angle), centre[1] + radius * math.sin(angle)
-        boxes.append(board.box(x, y, f"P{_sub(r)}: Q{_sub(r)}", fill=_colour(r, 0.3), size=8.5))
+        boxes.append(board.box(x, y, f"P{_sub(r)}: Q{_sub(r)}", fill=_colour(r, 0.3), size=9))
     for r in range(world):
         board.arrow(boxes[r], boxes[(r + 1) % world], bend="arc3,rad=-0.3")
-    board.text(centre[0], centre[1], "K, V →\nnext", size=8.5)
-    left, top, cell = 2.75, 2.25, 0.5
+    board.text(centre[0], centre[1], "K, V →\nnext", size=9)
+    left, top, cell = 2.6, 2.25, 0.5
     for r in range(world):
         board.text(left + (r + 0.5) * cell, top + 0.14, f"P{_sub(r)}", size=9)
     for step in range(world):
@@ -181,7 +181,7 @@ def zigzag_figure(num_tokens: int = 16, world: int = 4) -> Figure:
     if not 2 <= world <= 4 or not 2 * world <= num_tokens <= 16:
         raise ValueError(f"draw 2 to 4 processes and 2 world to 16 tokens, got {world}, "
                          f"{num_tokens}")  # fmt: skip
-    board = _Board(4.9, 3.3, "causal work per process: contiguous and zigzag")
+    board = _Board(4.7, 3.3, "causal work per process: contiguous and zigzag")
     cell = 2.1 / num_tokens
     for n, (layout, shard) in enumerate((("contiguous", contiguous_shard),
                                          ("zigzag", zigzag_shard))):  # fmt: skip
@@ -189,13 +189,13 @@ def zigzag_figure(num_tokens: int = 16, world: int = 4) -> Figure:
         for r in range(world):
             for i in shard(torch.arange(num_tokens)[None], None, r, world)[1][0].tolist():
                 owner[i] = r
-        left = 0.2 + n * 2.45
+        left = 0.15 + n * 2.35
         face = functools.partial(_owned, owner)
         board.cells(left, 2.85, num_tokens, num_tokens, face, cell)
         board.text(left + 1.05, 3.0, layout, size=10)
         pairs = causal_pairs(num_tokens, world, layout)
         board.text(left + 1.05, 0.55, "pairs: " + ", ".join(map(str, pairs)), size=9)
-    board.legend(0.2, 0.2, [(_colour(r), f"P{_sub(r)}") for r in range(world)], dx=0.8, dy=0)
+    board.legend(0.15, 0.2, [(_colour(r), f"P{_sub(r)}") for r in range(world)], dx=0.8, dy=0)
     return board.fig
 
 

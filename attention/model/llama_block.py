@@ -16,13 +16,14 @@ other placements of the family:
 
 $$
 \begin{aligned}
-\text{pre (Llama, Qwen, Mistral):}\quad & x \leftarrow x + f(\operatorname{N}(x)), \\
-\text{sandwich (Gemma 2 and 3):}\quad & x \leftarrow x + \operatorname{N}'(f(\operatorname{N}(x))), \\
-\text{post (OLMo 2):}\quad & x \leftarrow x + \operatorname{N}'(f(x)),
+\text{pre:}\quad & x \leftarrow x + f(\operatorname{N}(x)), \\
+\text{sandwich:}\quad & x \leftarrow x + \operatorname{N}'(f(\operatorname{N}(x))), \\
+\text{post:}\quad & x \leftarrow x + \operatorname{N}'(f(x)),
 \end{aligned}
 $$
 
-for each branch $f$, the attention and the feed-forward. Gemma also multiplies the token
+for each branch $f$, the attention and the feed-forward: pre in Llama, Qwen and Mistral,
+sandwich in Gemma 2 and 3, post in OLMo 2. Gemma also multiplies the token
 embeddings by $\sqrt{d}$ and may soft-cap the logits, $c \tanh(z / c)$.
 
 [`LlamaModel`][attention.model.llama_block.LlamaModel] is a

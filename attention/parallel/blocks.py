@@ -5,15 +5,20 @@ tile at a time. For queries $Q$ (positions $i$) and one block $B$ of keys and va
 (positions $j \in B$), with scaled, modified scores $s_{ij}$ and the mask $M$:
 
 $$
-\ell_i^B = \log \sum_{j \in B,\, M_{ij}} e^{s_{ij}}, \qquad
-o_i^B = \sum_{j \in B,\, M_{ij}} e^{s_{ij} - \ell_i^B}\, v_j .
+\begin{aligned}
+\ell_i^B &= \log \sum_{j \in B,\, M_{ij}} e^{s_{ij}}, \\
+o_i^B &= \sum_{j \in B,\, M_{ij}} e^{s_{ij} - \ell_i^B}\, v_j .
+\end{aligned}
 $$
 
 Two blocks' results merge into the result over both (the **log-sum-exp rule**):
 
 $$
-\ell_i = \log\big(e^{\ell_i^A} + e^{\ell_i^B}\big), \qquad
-o_i = e^{\ell_i^A - \ell_i}\, o_i^A + e^{\ell_i^B - \ell_i}\, o_i^B ,
+\begin{aligned}
+\ell_i &= \log\big(e^{\ell_i^A} + e^{\ell_i^B}\big), \\
+o_i &= e^{\ell_i^A - \ell_i}\, o_i^A \\
+&\quad + e^{\ell_i^B - \ell_i}\, o_i^B ,
+\end{aligned}
 $$
 
 so merging every block, in any order, is softmax attention over all keys. A query that sees

@@ -502,3 +502,12 @@ def test_tile_grids_counts_the_tiles_its_panels_draw() -> None:
         diagrams.tile_grids({"causal": causal()}, num_tokens=18, block=4)
     with pytest.raises(ValueError, match="one or two masks"):
         diagrams.tile_grids({})
+
+
+def test_the_ring_chapters_figures_read_at_9_px_on_a_phone() -> None:
+    """Chapter 19's two figures (drawn by attention_site.ring) keep every text at 9 px or more
+    in a 390 px column, like the diagrams above (the site check measured 8.3 and 8.8 px)."""
+    from attention_site.plot import phone_px
+    from attention_site.ring import ring_figure, zigzag_figure
+
+    assert phone_px(ring_figure()) >= 9 and phone_px(zigzag_figure()) >= 9
