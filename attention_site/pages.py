@@ -3,9 +3,11 @@
 A chapter's code blocks are markdown-exec's (`` ```python exec="1" ... ``): a block with
 `source=` is shown and run, one without it runs hidden (a figure's or a check's setup). The
 shown blocks of a page, copied in order into one Python session, run as they do on the page
-(docs/start.md says so); those that import `attention_site` need a checkout of the repository,
-which the wheel does not hold. The build marks them (docs/hooks/package.py), and the install
-check runs the others with the site's wheel alone (tests/browser/check_install.py).
+(docs/start.md says so); those that import a module the wheel does not bring (`OUTSIDE`:
+`attention_site`, in a checkout of the repository only, and `transformers`, a `pip install`
+away) need more than the wheel, and so do those that read what such a block made. The build
+marks them (docs/hooks/package.py), and the install check runs the others with the site's wheel
+alone (tests/browser/check_install.py).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "OUTSIDE",
     "SHOWN",
     "Block",
+    "Need",
     "chapters",
     "is_shown",
     "page_blocks",
@@ -32,7 +36,11 @@ SHOWN = re.compile(
 )
 """A markdown-exec python block, its fence's indent, options and code (shown or not)."""
 
-_SITE_IMPORT = re.compile(r"^\s*(?:from|import) attention_site\b", re.MULTILINE)
+OUTSIDE = ("attention_site", "transformers")
+"""The modules a page imports that the wheel does not bring: the site's tooling (a checkout of
+the repository only) and Hugging Face's transformers (the pages compare with its models)."""
+
+_OUTSIDE_IMPORT = re.compile(rf"^\s*(?:from|import) ({'|'.join(OUTSIDE)})\b", re.MULTILINE)
 _PART = r"^  - {}:\n((?:      - .*\n)+)"
 PARTS = ("The derivation", "What current models use", "Beyond the book")
 """mkdocs.yml's nav sections that hold the chapters, numbered from 1 in this order."""
@@ -49,9 +57,30 @@ class Block:
     session: str = ""  # markdown-exec's `session=`: "" runs in a namespace of its own
 
     @property
+    def imports_outside(self) -> tuple[str, ...]:
+        """The modules of `OUTSIDE` it imports, in `OUTSIDE`'s order."""
+        found = set(_OUTSIDE_IMPORT.findall(self.code))
+        return tuple(module for module in OUTSIDE if module in found)
+
+    @property
     def needs_repository(self) -> bool:
         """Does it import `attention_site`, which only a checkout of the repository has?"""
-        return bool(_SITE_IMPORT.search(self.code))
+        return "attention_site" in self.imports_outside
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a block needs beyond the wheel: the modules of `OUTSIDE` it `imports` itself, and
+    the `names` it reads that an earlier block of its session bound, which needed `via`."""
+
+    imports: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    via: tuple[str, ...] = ()
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Every module of `OUTSIDE` it needs, in `OUTSIDE`'s order."""
+        return tuple(module for module in OUTSIDE if module in self.imports + self.via)
 
 
 def is_shown(options: str) -> bool:
@@ -111,28 +140,38 @@ def _names(tree: ast.AST) -> tuple[set[str], set[str]]:
     return bound, read
 
 
-def repository_blocks(blocks: list[Block]) -> dict[Block, list[str]]:
-    """The blocks that need the repository, each with the names that make it need it: those
-    that import `attention_site` (no names), and those that read a name one of them bound
-    earlier in the same session (a figure's helper, or a value computed beside a figure).
+def repository_blocks(blocks: list[Block]) -> dict[Block, Need]:
+    """The blocks that need more than the wheel, each with what it needs: those that import a
+    module of `OUTSIDE` (no names), and those that read a name one of them bound earlier in the
+    same session (a figure's helper, or a value computed beside a figure).
 
     Examples:
-        >>> code = ["from attention_site.plot import svg", "x = 1", "print(svg(x))", "y = x"]
+        >>> code = ["from attention_site.plot import svg", "x = 1", "print(svg(x))", "y = x",
+        ...         "import transformers", "c = transformers.GPT2Config()", "print(c, x)"]
         >>> blocks = [Block("p.md", n, c, session="s") for n, c in enumerate(code)]
-        >>> {b.line: names for b, names in repository_blocks(blocks).items()}
-        {0: [], 2: ['svg']}
+        >>> for block, need in repository_blocks(blocks).items():
+        ...     print(block.line, need.modules, need.names)
+        0 ('attention_site',) ()
+        2 ('attention_site',) ('svg',)
+        4 ('transformers',) ()
+        5 ('transformers',) ('transformers',)
+        6 ('transformers',) ('c',)
     """
-    needs: dict[Block, list[str]] = {}
-    tainted: dict[str, set[str]] = {}  # per session: names bound by a block that needs it
+    needs: dict[Block, Need] = {}
+    tainted: dict[str, dict[str, tuple[str, ...]]] = {}  # per session: name -> what it needs
     for block in blocks:
-        names = tainted.setdefault(block.session, set()) if block.session else set()
+        names = tainted.setdefault(block.session, {}) if block.session else {}
         bound, read = _names(ast.parse(block.code))
-        uses = sorted((read - bound) & names)  # a name it binds itself is its own
-        if block.needs_repository or uses:
-            needs[block] = [] if block.needs_repository else uses
-            names |= bound
-        else:
-            names -= bound
+        uses = sorted((read - bound) & names.keys())  # a name it binds itself is its own
+        via = set().union(*(names[name] for name in uses))
+        if block.imports_outside or via:
+            needs[block] = Need(block.imports_outside, tuple(uses),
+                                tuple(m for m in OUTSIDE if m in via))  # fmt: skip
+        for name in bound:
+            if block in needs:
+                names[name] = needs[block].modules
+            else:
+                names.pop(name, None)
     return needs
 
 

@@ -40,15 +40,18 @@ import tempfile
 import time
 import tomllib
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
+
+if TYPE_CHECKING:
+    from attention_site.pages import Need
 
 log = logging.getLogger("mkdocs.hooks.package")
 
@@ -410,27 +413,47 @@ def unlinked_pages(site_dir: Path, repository: Repository | None, root: Path = R
     return problems
 
 
-def needs_repository(package: Package, names: Sequence[str] = ()) -> str:
-    """HTML, under a shown block that needs `attention_site`: it runs in a checkout only. The
-    block imports it, or (`names`) reads what an earlier block that needs it defined."""
+def needs_repository(package: Package, need: Need | None = None) -> str:
+    """HTML, under a shown block that needs more than the wheel (`need`; by default, a block
+    that imports `attention_site`): where it runs. A block that needs `attention_site` runs in a
+    checkout of the repository; one that needs `transformers` (only) after `pip install
+    transformers`. The block imports them, or (`need.names`) reads what an earlier block that
+    needs them defined."""
+    from attention_site.pages import Need
+
+    need = need or Need(("attention_site",))
+
+    def listed(modules: tuple[str, ...]) -> str:
+        return " and ".join(
+            f"<code>{m}</code>" + (" (the site's tooling)" if m == "attention_site" else "")
+            for m in modules
+        )
+
+    what = " and ".join(
+        ([f"imports {listed(need.imports)}"] if need.imports else [])
+        + ([f"uses {', '.join(f'<code>{name}</code>' for name in need.names)}, defined by an "
+            f"earlier block that needs {listed(need.via)}"] if need.names else [])
+    )  # fmt: skip
+    if "attention_site" not in need.modules:
+        return (
+            f'<p class="needs-repository">This block {what}, which the wheel does not install: '
+            f"it runs after <code>pip install {' '.join(need.modules)}</code>.</p>"
+        )
     where = (f'<a href="{package.repository.url}">the repository</a>' if package.repository
              else f"the repository (this build was not given its address: "
                   f"<code>{REPOSITORY_SETTING}</code>)")  # fmt: skip
-    what = (
-        f"uses {', '.join(f'<code>{name}</code>' for name in names)}, defined by an earlier "
-        "block that needs <code>attention_site</code>"
-        if names
-        else "imports <code>attention_site</code>"
-    )
+    more = [module for module in need.modules if module != "attention_site"]
+    also = f" with <code>pip install {' '.join(more)}</code>" if more else ""
     return (
-        f'<p class="needs-repository">This block {what}, the site\'s tooling: it runs in a '
-        f"checkout of {where}, not with the wheel alone.</p>"
+        f'<p class="needs-repository">This block {what}: it runs in a checkout of {where}{also}, '
+        "not with the wheel alone.</p>"
     )
 
 
 def mark_repository_blocks(markdown: str, package: Package) -> str:
-    """Each shown block that needs `attention_site` followed by `needs_repository`: the blocks
-    that import it, and those that read what they made (`attention_site.pages`)."""
+    """Each shown block that needs more than the wheel followed by `needs_repository`: the
+    blocks that import `attention_site` or `transformers`, and those that read what they made
+    (`attention_site.pages`)."""
     from attention_site.pages import SHOWN, is_shown, page_blocks, repository_blocks
 
     needs = {block.line: names for block, names in repository_blocks(page_blocks(markdown)).items()}

@@ -22,9 +22,10 @@ Before step 3, while the environment holds torch and the wheel only (no numpy, n
 matplotlib), chapters 3 to 16 run there as their pages run them: each page's blocks, hidden
 ones included (a figure's or a check's setup is part of the page's program), in order, one
 namespace per markdown-exec session, each block's output discarded. The blocks that need
-`attention_site` (`attention_site.pages.repository_blocks`: they import it, or read what such
-a block made) are left out, and the built page must say so under each shown one and link the
-repository or name its setting (docs/hooks/package.py); the check prints them. Then
+more than the wheel (`attention_site.pages.repository_blocks`: they import `attention_site` or
+`transformers`, or read what such a block made) are left out, and the built page must say so
+under each shown one and link the repository, name its setting or say what to pip install
+(docs/hooks/package.py); the check prints them. Then
 `attention` must import from the environment, not the checkout, and `attention_site` (not in
 the wheel) must not import at all. Any failure prints what failed and the run's output, and
 exits 1. Offline where pip's configuration has local wheels (`PIP_FIND_LINKS`, a local index).
@@ -141,12 +142,14 @@ def run_blocks(site: Path, python: str, work: Path, env: dict[str, str]) -> list
         shown = [block for block in needs if block.shown]
         notes = marked((site / page.removesuffix(".md") / "index.html").read_text("utf-8"))
         if len(notes) != len(shown) or not all(
-            "href=" in note or "ATTENTION_REPO_URL" in note for note in notes
+            "href=" in note or "ATTENTION_REPO_URL" in note or "pip install" in note
+            for note in notes
         ):
             raise Failed(
-                f"{page}: {len(shown)} shown block(s) need attention_site (lines "
+                f"{page}: {len(shown)} shown block(s) need more than the wheel (lines "
                 f"{[block.line for block in shown]}), and the built page has {len(notes)} "
-                "note(s) saying so that link the repository or name its setting"
+                "note(s) saying so that link the repository, name its setting or say what to "
+                "pip install"
             )
         runnable = [block.__dict__ for block in blocks if block not in needs]
         path = work / f"{page}.json"
@@ -161,8 +164,10 @@ def run_blocks(site: Path, python: str, work: Path, env: dict[str, str]) -> list
                 f"{page}: the block at line {where['line']} raised with the wheel alone\n"
                 f"{failed.get('error', done.stderr[-2000:])}"
             )
-        left = ", ".join(f"{block.line}{'' if block.shown else ' (hidden)'}" for block in needs)
-        report.append(f"{page}: {len(runnable)} blocks ran; need attention_site: {left or 'none'}")
+        left = ", ".join(f"{block.line}{'' if block.shown else ' (hidden)'} "
+                         f"({'+'.join(need.modules)})" for block, need in needs.items())  # fmt: skip
+        report.append(f"{page}: {len(runnable)} blocks ran; need more than the wheel: "
+                      f"{left or 'none'}")  # fmt: skip
     return report
 
 

@@ -282,9 +282,36 @@ def test_shown_blocks_that_need_attention_site_say_so_and_link_the_repository() 
     out = package.mark_repository_blocks(markdown, package.Package(WHEEL, "x.tar.gz", None, repo))
     notes = [line for line in out.splitlines() if "needs-repository" in line]
     assert len(notes) == 2 and all('href="https://github.com/a/b"' in note for note in notes)
-    assert "This block imports <code>attention_site</code>" in notes[0]
+    assert "This block imports <code>attention_site</code> (the site's tooling)" in notes[0]
     assert "uses <code>svg</code>, <code>x</code>, defined by an earlier block" in notes[1]
     assert out.index(notes[1]) < out.index("x = 3")  # under the third block; x = 3 is its own
+
+
+def test_shown_blocks_that_need_transformers_say_what_to_install() -> None:
+    from docs.hooks import package
+
+    fence = '```python exec="1" source="block" session="s"\n{}\n```\n\n'
+    markdown = "".join(fence.format(code) for code in (
+        "import transformers\nc = transformers.GPT2Config()", "import attention", "print(c)",
+        "from attention_site.plot import svg\nprint(svg(c))"))  # fmt: skip
+    repo = package.Repository("https://github.com/a/b")
+    out = package.mark_repository_blocks(markdown, package.Package(WHEEL, "x.tar.gz", None, repo))
+    notes = [line for line in out.splitlines() if "needs-repository" in line]
+    assert len(notes) == 3  # `import attention` needs only the wheel
+    assert (
+        "imports <code>transformers</code>, which the wheel does not install: it runs "
+        "after <code>pip install transformers</code>"
+        in notes[0]
+        and "href" not in notes[0]
+    )
+    assert (
+        "uses <code>c</code>, defined by an earlier block that needs <code>transformers" in notes[1]
+    )
+    assert (
+        "imports <code>attention_site</code> (the site's tooling) and uses <code>c</code>, "
+        "defined by an earlier block that needs <code>transformers</code>:" in notes[2]
+    )
+    assert 'href="https://github.com/a/b"' in notes[2] and "pip install transformers" in notes[2]
 
 
 def _site(path: Path, pages: dict[str, str]) -> Path:
