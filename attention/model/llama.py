@@ -99,10 +99,11 @@ def _halves(rows: Tensor, head_dim: int) -> Tensor:
 
 
 def _llama_slots(
-    att: MultiHeadAttention, o_bias: bool
+    att: MultiHeadAttention, o_bias: bool, gains: bool = True
 ) -> list[tuple[str, Tensor | None, tuple[int, ...]]]:
     """Hugging Face's names for our projections, and their shapes: the weights, the query,
-    key and value biases if `att` has them, `o_proj.bias` if `o_bias`."""
+    key and value biases if `att` has them, `o_proj.bias` if `o_bias`, QK-norm's gains if
+    `att` has them and `gains` (Llama 4's norm has none)."""
     pairs = [("q_proj", att.W_query), ("k_proj", att.W_key), ("v_proj", att.W_value),
              ("o_proj", att.out_proj)]  # fmt: skip
     slots: list[tuple[str, Tensor | None, tuple[int, ...]]] = []
@@ -111,7 +112,7 @@ def _llama_slots(
         if linear.bias is not None and (name != "o_proj" or o_bias):
             slots.append((f"{name}.bias", linear.bias, (linear.weight.shape[0],)))
     for name, norm in (("q_norm", att.q_norm), ("k_norm", att.k_norm)):
-        if norm is not None:  # QK-norm's gains (Qwen3, Gemma 3, OLMo 2)
+        if norm is not None and gains:  # QK-norm's gains (Qwen3, Gemma 3, OLMo 2)
             slots.append((f"{name}.weight", norm.weight, tuple(norm.weight.shape)))
     return slots
 
@@ -211,12 +212,16 @@ def attention_from_llama(
     name, like = next(iter(state.items()))
     like = check_tensor(prefix + name, like, floating=True)
     qkv_bias = spec.bias or "q_proj.bias" in state  # Qwen2: biases on q, k, v only
-    qk_norm = _qk_norm(state, spec, prefix)
+    qk_norm = "head" if spec.l2_qk_norm else _qk_norm(state, spec, prefix)
     # built for real, not on the meta device: RotaryTable keeps its frequencies in a plain
     # tensor attribute, which to_empty() would leave on the meta device
     att = _layer(spec, qkv_bias, qk_norm, _norm_eps(config))
     att = att.to(dtype=like.dtype, device=like.device).eval()
-    slots = _llama_slots(att, o_bias="o_proj.bias" in state)
+    if spec.l2_qk_norm:  # Llama 4's norm has no gains: ours stay at one, and are not trained
+        for norm in (att.q_norm, att.k_norm):
+            assert norm is not None
+            norm.weight.requires_grad_(False)
+    slots = _llama_slots(att, o_bias="o_proj.bias" in state, gains=not spec.l2_qk_norm)
     unknown = sorted(prefix + key for key in state if key not in {s[0] for s in slots})
     missing = [f"{prefix}{key} {shape}" for key, _, shape in slots if key not in state]
     if unknown or missing:

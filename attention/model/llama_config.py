@@ -17,8 +17,8 @@ else than the checkpoint's. The rule, key by key of the config:
    listed by concern: they do not change what an attention layer computes.
 3. **Anything else** is refused, naming it, when it is *on* (not None nor False) and its name
    says it concerns attention (`att`, `head`, `rope`, `qk`, `query`, `key`, `window`,
-   `chunk`, `scal`, `softcap`, `sink`, `clip`, ...): `use_qk_norm=True` (Cohere's and
-   Llama 4's norm of queries and keys), OLMo's `clip_qkv`, Gemma 3's
+   `chunk`, `scal`, `softcap`, `sink`, `clip`, ...): `use_qk_norm=True` outside Llama 4
+   (Cohere's, a layer norm with gains), OLMo's `clip_qkv`, Gemma 3's
    `sliding_window_pattern`. An unknown setting with no such word (a new feed-forward size,
    say) passes.
 
@@ -39,6 +39,9 @@ Examples:
     Traceback (most recent call last):
     ...
     ValueError: config sets use_qk_norm=True, which attention_from_llama does not apply: MultiHeadAttention computes no such thing, so it cannot hold this layer
+    >>> llama4 = {**config, "model_type": "llama4_text", "use_qk_norm": True}
+    >>> llama_layer(llama4, layer=0).l2_qk_norm, llama_layer(llama4, layer=3).l2_qk_norm
+    (True, False)
 """  # noqa: E501
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ READ = {
     "scores": {
         "attention_multiplier", "query_pre_attn_scalar", "attn_logit_softcapping",
         "attn_temperature_tuning", "floor_scale", "attn_scale"},
+    "norms": {"use_qk_norm"},
 }  # fmt: skip
 """The attention settings `llama_layer` reads, by what they set."""
 
@@ -131,6 +135,7 @@ class LlamaLayer(NamedTuple):
     softcap: float | None  # Gemma 2's attn_logit_softcapping
     temperature: tuple[float, float] | None  # Llama 4's (floor_scale, attn_scale), NoPE layers
     rope_scaling: RopeScaling | None = None  # scaled frequencies, partial rotation
+    l2_qk_norm: bool = False  # Llama 4's use_qk_norm: each q and k head / its RMS, no gains
 
 
 def _rope_theta(config: Mapping[str, Any], layer_kind: str = "global") -> float:
@@ -207,6 +212,23 @@ def _refuse_unread(config: Mapping[str, Any], name: str) -> None:
             f"{name} sets {', '.join(unread)}, which attention_from_llama does not apply: "
             "MultiHeadAttention computes no such thing, so it cannot hold this layer"
         )
+
+
+def _l2_qk_norm(config: Mapping[str, Any], name: str, rope: int) -> bool:
+    r"""Llama 4's `use_qk_norm`: $x / \sqrt{\operatorname{mean}(x^2) + \epsilon}$ of each query
+    and key head after RoPE, on its RoPE layers (`Llama4TextL2Norm`). Without gains, that
+    norm is the same before RoPE: a rotation keeps each pair's length, so the head's mean
+    square; and so it is `MultiHeadAttention`'s per-head QK-norm with its gains at one. Another
+    family's `use_qk_norm` (Cohere's layer norm with gains) is refused."""
+    on = config.get("use_qk_norm")
+    if on is None or not check_flag(f"{name}'s use_qk_norm", on):
+        return False
+    if config.get("model_type") != "llama4_text":
+        raise ValueError(
+            f"{name} sets use_qk_norm=True, which attention_from_llama does not apply: "
+            "MultiHeadAttention computes no such thing, so it cannot hold this layer"
+        )
+    return bool(rope)
 
 
 def _interleaved(config: Mapping[str, Any]) -> bool:
@@ -431,4 +453,5 @@ def llama_layer(
         _positive(config, "attn_logit_softcapping"),
         _temperature(config, rope),
         scaling,
+        _l2_qk_norm(config, name, rope),
     )

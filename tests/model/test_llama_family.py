@@ -42,7 +42,7 @@ FAMILIES = {
     "smollm3": ("SmolLM3Config", "SmolLM3Attention",
                 {"use_sliding_window": True, "sliding_window": 5}, "halves"),
     "llama4": ("Llama4TextConfig", "Llama4TextAttention",
-               {"use_qk_norm": False, "attention_chunk_size": 4, "floor_scale": 3,
+               {"use_qk_norm": True, "attention_chunk_size": 4, "floor_scale": 3,
                 "attn_scale": 0.5}, "complex"),
 }  # fmt: skip
 
@@ -83,8 +83,9 @@ def hf_layer(transformers: ModuleType, family: str, layer_idx: int, monkeypatch:
         monkeypatch.setattr(module, "apply_rotary_pos_emb", helium.apply_rotary_pos_emb)
     elif family == "cohere":
         monkeypatch.setattr(module, "apply_rotary_pos_emb", _exact_pairs(module))
-    elif family == "llama4":
+    elif family == "llama4":  # its rotation and its QK-norm, without their float32 casts
         monkeypatch.setattr(module, "apply_rotary_emb", _exact_complex)
+        monkeypatch.setattr(module.Llama4TextL2Norm, "forward", module.Llama4TextL2Norm._norm)
     torch.manual_seed(10 + layer_idx)
     layer = getattr(module, class_name)(config, layer_idx=layer_idx).double().eval()
     with torch.no_grad():  # nonzero biases, so that a misplaced one shows
@@ -163,6 +164,28 @@ def test_llama4_text_every_layer_equals_transformers(
     assert max(errors) < 1e-10
 
 
+@pytest.mark.parametrize("use_qk_norm", [True, False])
+def test_llama4s_qk_norm_is_on_its_rope_layers_and_changes_them(
+    transformers: ModuleType, monkeypatch: Any, use_qk_norm: bool
+) -> None:
+    """Llama 4's norm of each query and key head (no gains) on its RoPE layers: ours is the
+    per-head QK-norm with its gains at one, frozen; without it the outputs differ."""
+    layer, config, _ = hf_layer(transformers, "llama4", 0, monkeypatch, use_qk_norm=use_qk_norm)
+    assert hasattr(layer, "qk_norm") == use_qk_norm
+    att = attention_from_llama(layer.state_dict(), config, layer=0)
+    assert att.spec.qk_norm == ("head" if use_qk_norm else None)
+    if use_qk_norm:
+        assert att.q_norm is not None and not att.q_norm.weight.requires_grad
+        torch.testing.assert_close(att.q_norm.weight, torch.ones(16, dtype=torch.float64))
+        other = {**config.to_dict(), "use_qk_norm": False}
+        plain = attention_from_llama(layer.state_dict(), other, layer=0)
+        x = torch.randn(1, T, WIDTH, dtype=torch.float64)
+        with torch.no_grad():
+            assert float((att(x) - plain(x)).abs().max()) > 1e-3
+    nope = attention_from_llama(layer.state_dict(), config, layer=3)  # NoPE: no norm
+    assert nope.spec.qk_norm is None
+
+
 def test_the_temperature_changes_llama4s_nope_layer(transformers: ModuleType,
                                                     monkeypatch: Any) -> None:  # fmt: skip
     """The tuning is not a no-op at these lengths: without it the outputs differ."""
@@ -190,9 +213,6 @@ def test_interleaved_rows_are_permuted_not_copied(transformers: ModuleType,
 
 
 REFUSED = {
-    "llama4 qk norm": ("llama4", {"use_qk_norm": True},
-                       r"Llama4TextConfig sets use_qk_norm=True, which attention_from_llama does "
-                       r"not apply"),
     "cohere qk norm": ("cohere", {"use_qk_norm": True}, r"CohereConfig sets use_qk_norm=True"),
 }  # fmt: skip
 
