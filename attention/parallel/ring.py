@@ -16,7 +16,8 @@ block's owner. $dQ$ stays home.
 
 Before the ring, every process sends every other a short description of its shard (one
 `all_gather_object`, bounded by the group's timeout): a wrong shard raises the same error on
-every process, instead of leaving the others waiting for a block that never comes.
+every process, instead of leaving the others waiting for a block that never comes. A wrong
+`mask` or `score_mods` on one process is sent the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class Shard:
         shapes: the shapes of its `(q, k, v)`.
         dtype: their dtype, as a string.
         error: what is wrong with this process's arguments, or None.
+        kind: the error's class: `"ValueError"`, or `"TypeError"` for a mask or score modifier
+            of the wrong kind.
     """
 
     rank: int
@@ -66,10 +69,16 @@ class Shard:
     shapes: tuple[tuple[int, ...], ...]
     dtype: str
     error: str | None
+    kind: str = "ValueError"
 
 
-def describe(rank: int, q: Any, k: Any, v: Any, positions: Any) -> Shard:
-    """This process's [`Shard`][attention.parallel.ring.Shard], its arguments checked here."""
+def describe(
+    rank: int, q: Any, k: Any, v: Any, positions: Any, wrong: Exception | None = None
+) -> Shard:
+    """This process's [`Shard`][attention.parallel.ring.Shard], its arguments checked here
+    (`wrong`: what checking its mask and score modifiers raised)."""
+    if wrong is not None:
+        return Shard(rank, 0, 0, -1, (), "", str(wrong), type(wrong).__name__)
     error = local_error(q, k, v, positions)
     if error is not None:
         return Shard(rank, 0, 0, -1, (), "", error)
@@ -103,14 +112,16 @@ def local_error(q: Any, k: Any, v: Any, positions: Any) -> str | None:
 
 
 def exchange(
-    q: Any, k: Any, v: Any, positions: Any, group: dist.ProcessGroup | None
-) -> list[Shard]:
+    q: Any, k: Any, v: Any, positions: Any, group: dist.ProcessGroup | None,
+    wrong: Exception | None = None,
+) -> list[Shard]:  # fmt: skip
     """Every process's `Shard`, checked alike everywhere: one error, raised on every process.
 
     Raises:
         RuntimeError: no process group is initialised.
         ValueError: a process's arguments are wrong, or the shards' heads, head sizes or
             dtypes differ between processes (the argument and the rank named).
+        TypeError: a process's mask or score modifiers (`wrong`) are of the wrong kind.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("ring_attention: group: no process group is initialised; call "
@@ -118,10 +129,11 @@ def exchange(
                            "in every process first")  # fmt: skip
     rank = dist.get_rank(group)
     shards: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(shards, describe(rank, q, k, v, positions), group=group)
+    dist.all_gather_object(shards, describe(rank, q, k, v, positions, wrong), group=group)
     for shard in shards:  # the same order everywhere: the same first error
         if shard.error is not None:
-            raise ValueError(f"ring_attention: rank {shard.rank}: {shard.error}")
+            error = TypeError if shard.kind == "TypeError" else ValueError
+            raise error(f"ring_attention: rank {shard.rank}: {shard.error}")
     first = shards[0]
     for shard in shards[1:]:
         for name, mine, theirs in zip("qkv", shard.shapes, first.shapes, strict=True):
@@ -292,11 +304,18 @@ def ring_attention(
         RuntimeError: no process group is initialised (`group`).
         ValueError: on every process, when any process's `q`, `k`, `v` or `positions` are of
             the wrong shape, or the shards' heads or head sizes differ (argument and rank named).
-        TypeError: `mask` or `score_mods` not a mask or modifiers.
+        TypeError: on every process, when any process's `mask` or `score_mods` are not a mask
+            or modifiers (rank named).
     """
-    rule = causal() if mask is None else as_mask(mask)
-    mods = as_score_mods(score_mods)
-    shards = exchange(q, k, v, positions, group)
+    rule: Mask = causal()
+    mods: tuple[ScoreMod, ...] = ()
+    wrong = None
+    try:  # checked here, but raised on every process by `exchange`
+        rule = rule if mask is None else as_mask(mask)
+        mods = as_score_mods(score_mods)
+    except (TypeError, ValueError) as error:
+        wrong = error
+    shards = exchange(q, k, v, positions, group, wrong)
     ring = Ring(group, dist.get_rank(group), dist.get_world_size(group), shards)
     out: Tensor = RingFunction.apply(q, k, v, positions.long(), ring, rule, mods)  # type: ignore[no-untyped-call]
     return out

@@ -93,16 +93,17 @@ def bad_inputs(rank: int, world: int) -> list[str]:
     q, k, v, _ = [t[:, :, :4] for t in inputs()]
     pos = torch.arange(4)[None].expand(B, 4) + 4 * rank
     told = []
-    for wrong in ("k", "positions"):
+    for wrong in ("k", "positions", "mask"):
         args = [q, k, v, pos]
         if wrong == "k" and rank == 1:
             args[:3] = [t[..., :3] for t in args[:3]]  # another head size on rank 1 only
         if wrong == "positions" and rank == 0:
             args[3] = pos[0]  # (tokens,) instead of (batch, tokens), on rank 0 only
+        mask: Any = "causal" if wrong == "mask" and rank == 1 else None  # a str, on rank 1
         try:
-            ring_attention(*args)
-        except ValueError as error:
-            told.append(str(error))
+            ring_attention(*args, mask=mask)
+        except (TypeError, ValueError) as error:
+            told.append(f"{type(error).__name__}: {error}")
     dist.barrier()  # still in step: nobody hung
     return told
 
@@ -124,10 +125,11 @@ def test_ring_equals_attention_over_the_whole_sequence(world: int) -> None:
         assert max(found.values()) < 1e-10, (rank, found)
     if world == 2:
         for told in (r[1] for r in results):  # the same error on both processes
-            assert len(told) == 2
+            assert len(told) == 3
             assert "q: every process needs the same" in told[0]
             assert "rank 0 has (2, 4, 4, 4), rank 1 has (2, 4, 4, 3)" in told[0]
             assert "rank 0" in told[1] and "positions must be" in told[1]
+            assert told[2].startswith("TypeError: ring_attention: rank 1: mask must be a Mask")
 
 
 def test_no_process_group_is_a_runtime_error_naming_group() -> None:
@@ -193,3 +195,5 @@ def test_a_ring_of_one_process_is_attention_and_checks_its_shard(alone: None) ->
         ring_attention(q, k, v, pos[0])
     with pytest.raises(ValueError, match=r"rank 0: k must have q's head_dim=4"):
         ring_attention(q, k[..., :3], v, pos)
+    with pytest.raises(TypeError, match=r"rank 0: mask must be a Mask"):
+        ring_attention(q, k, v, pos, mask="causal")  # type: ignore[arg-type]
