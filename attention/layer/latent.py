@@ -76,7 +76,7 @@ from typing import Literal, overload
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_dropout, check_flag, check_input, check_positive, check_size
+from attention.checks import check_dropout, check_flag, check_positive, check_size
 from attention.layer import arguments
 from attention.layer.cache import KVCache
 from attention.layer.fused import Options, Plan, plan_call, run
@@ -344,15 +344,10 @@ class MultiHeadLatentAttention(Specified, nn.Module):
             ValueError: a wrong shape of `x`, a mask, positions, ids or angles; a cache made
                 for another layout, or full.
         """
-        w = self.kv_a_proj_with_mqa.weight
-        check_input(x, self.d_in, self.context_length, batched=True, like=w)
-        check_flag("need_weights", need_weights)
+        arguments.check_x(x, self.d_in, self.context_length, self.kv_a_proj_with_mqa.weight,
+                          need_weights)  # fmt: skip
         b, num_tokens, _ = x.shape
-        if key_padding_mask is not None or document_ids is not None or positions is not None:
-            arguments.check_rows(b, num_tokens, x.device, key_padding_mask, document_ids,
-                                 positions)  # fmt: skip
-        if key_padding_mask is not None:  # nothing of a padded token reaches a real output
-            x = x.masked_fill(key_padding_mask[..., None], 0.0)
+        x = arguments.padding_zeroed(x, key_padding_mask, document_ids, positions)
         if cache is not None:
             self.check_cache(cache, b, num_tokens)
         if angles is not None:
@@ -386,9 +381,7 @@ class MultiHeadLatentAttention(Specified, nn.Module):
             stored_k_rope, stored_latent, stored = cache.update(q, k_rope, latent)
             if not own:  # (b, 1, S, d_R), (b, 1, S, r), and their positions
                 k_rope, latent, k = stored_k_rope, stored_latent, stored
-        dropout_p = self.dropout.p if self.training else 0.0
-        options = Options(self.num_heads, dropout_p, spec.scale, None, spec.score_mods,
-                          self.dropout)  # fmt: skip
+        options = self._call_options()
         chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights)
         self._trace[0] = chosen
         attend = self._absorbed if self.absorb else self._naive

@@ -22,7 +22,7 @@ from attention.checks import check_dropout, check_flag, check_input, check_size
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
 from attention.layer import arguments, convert, cross, flex
 from attention.layer.cache import KVCache
-from attention.layer.fused import Options, Plan, plan_call, run
+from attention.layer.fused import Plan, plan_call, run
 from attention.layer.masks import Mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.layer.probe import probe
@@ -367,14 +367,7 @@ class MultiHeadAttention(Specified, nn.Module):
                 positions or document ids of the wrong shape, or a cache this chunk does not
                 fit.
         """
-        w = self.W_query.weight  # the fast test first: a failed one names what is wrong
-        if not (type(x) is Tensor and x.ndim == 3 and x.shape[2] == self.d_in
-                and x.shape[1] <= self.context_length and x.dtype == w.dtype
-                and x.device == w.device):  # fmt: skip
-            check_input(x, self.d_in, self.context_length, batched=True, like=w)  # or autocast
-        if need_weights is not False and need_weights is not True:
-            check_flag("need_weights", need_weights)
-        spec = self._spec
+        arguments.check_x(x, self.d_in, self.context_length, self.W_query.weight, need_weights)
         if key is not None or value is not None or (cache is not None and self._cross):
             cross.check(self, x.shape[0], key, value, key_padding_mask, cache,
                         document_ids=document_ids, positions=positions, angles=angles)  # fmt: skip
@@ -384,25 +377,9 @@ class MultiHeadAttention(Specified, nn.Module):
         if (self.kdim, self.vdim) != (self.d_in, self.d_in):
             cross.refuse_self_attention(self)
         b, num_tokens, _ = x.shape
-        if key_padding_mask is not None or document_ids is not None or positions is not None:
-            arguments.check_rows(b, num_tokens, x.device, key_padding_mask, document_ids,
-                                 positions)  # fmt: skip
-        if key_padding_mask is not None:  # not even a NaN there may reach a real output
-            x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
-        if cache is not None and not (  # fast: a cache of this layout with room; else named
-            getattr(cache, "layout", None) == self._layout is not None
-            and cache.keys.shape[0] == b and cache.keys.dtype == w.dtype
-            and cache.keys.device == w.device and cache.length >= (self._prefix or 0)
-            and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
-        ):  # fmt: skip
-            arguments.check_cache(self, cache, b, num_tokens, w)
-        if angles is not None and not (type(angles) is tuple and len(angles) == 2
-                                       and type(angles[0]) is Tensor
-                                       and self.rotary is not None
-                                       and angles[0].shape[-2:] == (num_tokens, self.rotary.dim)
-                                       ):  # fmt: skip
-            arguments.check_angles(angles, num_tokens, self.rotary.dim if self.rotary else
-                                   self.head_dim, self.rope)  # fmt: skip
+        x = arguments.padding_zeroed(x, key_padding_mask, document_ids, positions)
+        if cache is not None or angles is not None:
+            arguments.check_state(self, cache, angles, b, num_tokens)
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
             empty = x.new_zeros(b, 0, self.out_features)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
@@ -412,7 +389,7 @@ class MultiHeadAttention(Specified, nn.Module):
         else:
             q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
         if cache is not None and cache.length == 0 and self._prefix:
-            arguments.check_prefill(spec.mask, q)
+            arguments.check_prefill(self._spec.mask, q)
         out, attn_weights = self._attend(x, q, cache, angles, need_weights)
         return out if attn_weights is None else (out, attn_weights)
 
@@ -442,20 +419,9 @@ class MultiHeadAttention(Specified, nn.Module):
                 keys, values, k = stored_keys, stored_values, stored
                 if keys.dtype != queries_.dtype:  # autocast: the cache keeps the module's dtype
                     keys, values = keys.to(queries_.dtype), values.to(queries_.dtype)
-        options = self._options
-        dropout_p = self.dropout.p if self.training else 0.0
-        if options is None or options.dropout_p != dropout_p or (
-                options.sink_logits is not self.sink_logits):  # fmt: skip
-            options = self._options = Options(
-                self.num_heads,
-                dropout_p,
-                spec.scale,
-                self.sink_logits,
-                spec.score_mods,
-                self.dropout,
-            )
+        options = self._call_options(self.sink_logits)
         use_flex = x.device.type in flex.ON and flex.usable(
-            x.device, dropout_p, self.sink_logits is not None
+            x.device, options.dropout_p, self.sink_logits is not None
         )
         chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
                            flex=use_flex)  # fmt: skip

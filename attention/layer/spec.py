@@ -178,6 +178,8 @@ class Specified:
     vdim: int
     context_length: int
     W_key: nn.Linear
+    dropout: nn.Dropout
+    training: bool
     _unprobed: bool
     _trace: list[Plan | None]
 
@@ -199,6 +201,20 @@ class Specified:
             else (self.num_kv_heads, self.head_dim, bounds.reach or None, bounds.anchor)
         )
         self._options: Options | None = None  # made at the next call
+
+    def _call_options(self, sink_logits: Tensor | None = None) -> Options:
+        """The kernel's options for a call: made again only when dropout's `p` (0 out of
+        training) or the sink logits change, or the spec does."""
+        from attention.layer.fused import Options  # fused's options, for this spec
+
+        dropout_p = self.dropout.p if self.training else 0.0
+        options = self._options
+        if options is None or options.dropout_p != dropout_p or (
+                options.sink_logits is not sink_logits):  # fmt: skip
+            spec = self._spec
+            options = self._options = Options(self.num_heads, dropout_p, spec.scale, sink_logits,
+                                              spec.score_mods, self.dropout)  # fmt: skip
+        return options
 
     @property
     def last_plan(self) -> Plan | None:
