@@ -14,7 +14,6 @@ from torch import Tensor
 
 from attention.checks import (
     check_flag,
-    check_input,
     check_padding_mask,
     check_size,
     check_tensor,
@@ -24,7 +23,6 @@ from attention.layer.masks import Mask, as_mask, from_flags
 from attention.layer.tokens import Tokens
 
 if TYPE_CHECKING:
-    from attention.layer.multihead import MultiHeadAttention
     from attention.layer.spec import Specified
 
 __all__ = [
@@ -38,8 +36,6 @@ __all__ = [
     "check_qkv",
     "check_rows",
     "check_sizes",
-    "check_state",
-    "check_x",
     "layer_mask",
     "padding_zeroed",
     "positions_line",
@@ -160,49 +156,15 @@ def check_rows(
             )
 
 
-def check_x(x: Tensor, d_in: int, context_length: int, like: Tensor, need_weights: object
-            ) -> None:  # fmt: skip
-    """A forward's `x`, `(batch, num_tokens <= context_length, d_in)` of `like`'s dtype and
-    device (or autocast's), and its `need_weights` flag: the fast test of shapes, dtypes and
-    devices first, the check that names what is wrong only when it fails."""
-    if not (type(x) is Tensor and x.ndim == 3 and x.shape[2] == d_in
-            and x.shape[1] <= context_length and x.dtype == like.dtype
-            and x.device == like.device):  # fmt: skip
-        check_input(x, d_in, context_length, batched=True, like=like)  # or autocast
-    if need_weights is not False and need_weights is not True:
-        check_flag("need_weights", need_weights)
-
-
 def padding_zeroed(x: Tensor, key_padding_mask: Tensor | None, document_ids: Tensor | None,
                    positions: Tensor | None) -> Tensor:  # fmt: skip
     """`x` `(b, T, d_in)` with its padded tokens zeroed, once the rows' `key_padding_mask`,
     `document_ids` and `positions` are checked: not even a NaN there may reach a real output."""
     b, num_tokens, _ = x.shape
-    if key_padding_mask is not None or document_ids is not None or positions is not None:
-        check_rows(b, num_tokens, x.device, key_padding_mask, document_ids, positions)
+    check_rows(b, num_tokens, x.device, key_padding_mask, document_ids, positions)
     if key_padding_mask is None:
         return x
     return x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
-
-
-def check_state(layer: MultiHeadAttention, cache: KVCache | None,
-                angles: tuple[Tensor, Tensor] | None, batch: int, num_tokens: int
-                ) -> None:  # fmt: skip
-    """`layer`'s cache (of its layout, with room for the chunk) and RoPE's `angles`, the fast
-    test first, as `MultiHeadAttention.forward` calls it."""
-    w, rotary = layer.W_query.weight, layer.rotary
-    if cache is not None and not (
-        getattr(cache, "layout", None) == layer._layout is not None
-        and cache.keys.shape[0] == batch and cache.keys.dtype == w.dtype
-        and cache.keys.device == w.device and cache.length >= (layer._prefix or 0)
-        and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
-    ):  # fmt: skip
-        check_cache(layer, cache, batch, num_tokens, w)
-    if angles is not None and not (type(angles) is tuple and len(angles) == 2
-                                   and type(angles[0]) is Tensor and rotary is not None
-                                   and angles[0].shape[-2:] == (num_tokens, rotary.dim)
-                                   ):  # fmt: skip
-        check_angles(angles, num_tokens, rotary.dim if rotary else layer.head_dim, layer.rope)
 
 
 def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool) -> None:

@@ -24,12 +24,12 @@ from attention.layer import arguments, convert, cross, flex
 from attention.layer.cache import KVCache
 from attention.layer.fused import Plan, plan_call, run
 from attention.layer.masks import Mask
-from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
+from attention.layer.positions import RotaryTable, rotate_with
 from attention.layer.probe import probe
-from attention.layer.qk_norm import QKNormKind, RMSNorm, apply_qk_norm, check_qk_norm, qk_norms
-from attention.layer.rope_scaling import RopeScaling, as_rope_scaling
-from attention.layer.score_mods import ScoreMod, as_score_mods
-from attention.layer.spec import AttentionSpec, Specified
+from attention.layer.qk_norm import QKNormKind, RMSNorm, apply_qk_norm, qk_norms
+from attention.layer.rope_scaling import RopeScaling
+from attention.layer.score_mods import ScoreMod
+from attention.layer.spec import Specified, layer_spec
 from attention.layer.tokens import Tokens, queries
 
 __all__ = ["MultiHeadAttention"]
@@ -214,33 +214,18 @@ class MultiHeadAttention(Specified, nn.Module):
         )
         self.kdim = d_in if kdim is None else check_size("kdim", kdim)
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
-        rule = arguments.layer_mask(causal, window, sinks, mask)
         check_dropout(dropout)
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            num_heads,
-            num_kv_heads,
-            d_out // num_heads,
-        )
-        check_flag("rope", rope)
-        rope_frequencies(2, rope_base)  # checks rope_base, used or not
-        if rope and self.head_dim % 2:
-            raise ValueError("rope rotates pairs of dimensions: head_dim = d_out // num_heads "
-                             f"must be even, got head_dim={self.head_dim}")  # fmt: skip
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = d_out // num_heads  # d_h
         self._trace: list[Plan | None] = [None]  # the last call's plan (a list: compiles)
-        mods = as_score_mods(score_mods)
-        scaling = as_rope_scaling(rope_scaling, rope, self.head_dim, context_length)
-        self.spec = AttentionSpec(rule, mods, scale, float(rope_base) if rope else None,
-                                  check_flag("sink_logit", sink_logit), num_heads,
-                                  num_kv_heads, self.head_dim, scaling,
-                                  check_qk_norm(qk_norm))  # fmt: skip
-        if (self.kdim, self.vdim) != (d_in, d_in):
-            arguments.check_cross_options(self.kdim, self.vdim, d_in, causal=self.causal,
-                                          rope=rope or qk_norm is not None,
-                                          sink_logit=sink_logit, mask=mask,
-                                          score_mods=self._spec.score_mods)  # fmt: skip
+        self.spec = layer_spec(num_heads, num_kv_heads, self.head_dim, context_length,
+                               (self.kdim, self.vdim, d_in), causal=causal, window=window,
+                               sinks=sinks, mask=mask, score_mods=score_mods, scale=scale,
+                               rope=rope, rope_base=rope_base, sink_logit=sink_logit,
+                               rope_scaling=rope_scaling, qk_norm=qk_norm)  # fmt: skip
         self.rotary = (RotaryTable(self.head_dim, rope_base, max(256, 2 * context_length),
-                                   scaling) if rope else None)  # fmt: skip
+                                   self._spec.rope_scaling) if rope else None)  # fmt: skip
         self._unprobed = True  # the mask and modifiers are tried at the first call
         kv_dim = num_kv_heads * self.head_dim
         bias = check_flag("qkv_bias", qkv_bias)
@@ -367,7 +352,14 @@ class MultiHeadAttention(Specified, nn.Module):
                 positions or document ids of the wrong shape, or a cache this chunk does not
                 fit.
         """
-        arguments.check_x(x, self.d_in, self.context_length, self.W_query.weight, need_weights)
+        w = self.W_query.weight  # the fast test first: a failed one names what is wrong
+        if not (type(x) is Tensor and x.ndim == 3 and x.shape[2] == self.d_in
+                and x.shape[1] <= self.context_length and x.dtype == w.dtype
+                and x.device == w.device):  # fmt: skip
+            check_input(x, self.d_in, self.context_length, batched=True, like=w)  # or autocast
+        if need_weights is not False and need_weights is not True:
+            check_flag("need_weights", need_weights)
+        spec = self._spec
         if key is not None or value is not None or (cache is not None and self._cross):
             cross.check(self, x.shape[0], key, value, key_padding_mask, cache,
                         document_ids=document_ids, positions=positions, angles=angles)  # fmt: skip
@@ -377,9 +369,22 @@ class MultiHeadAttention(Specified, nn.Module):
         if (self.kdim, self.vdim) != (self.d_in, self.d_in):
             cross.refuse_self_attention(self)
         b, num_tokens, _ = x.shape
-        x = arguments.padding_zeroed(x, key_padding_mask, document_ids, positions)
-        if cache is not None or angles is not None:
-            arguments.check_state(self, cache, angles, b, num_tokens)
+        if key_padding_mask is not None or document_ids is not None or positions is not None:
+            x = arguments.padding_zeroed(x, key_padding_mask, document_ids, positions)
+        if cache is not None and not (  # fast: a cache of this layout with room; else named
+            getattr(cache, "layout", None) == self._layout is not None
+            and cache.keys.shape[0] == b and cache.keys.dtype == w.dtype
+            and cache.keys.device == w.device and cache.length >= (self._prefix or 0)
+            and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
+        ):  # fmt: skip
+            arguments.check_cache(self, cache, b, num_tokens, w)
+        if angles is not None and not (type(angles) is tuple and len(angles) == 2
+                                       and type(angles[0]) is Tensor
+                                       and self.rotary is not None
+                                       and angles[0].shape[-2:] == (num_tokens, self.rotary.dim)
+                                       ):  # fmt: skip
+            arguments.check_angles(angles, num_tokens, self.rotary.dim if self.rotary else
+                                   self.head_dim, self.rope)  # fmt: skip
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
             empty = x.new_zeros(b, 0, self.out_features)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
@@ -389,7 +394,7 @@ class MultiHeadAttention(Specified, nn.Module):
         else:
             q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
         if cache is not None and cache.length == 0 and self._prefix:
-            arguments.check_prefill(self._spec.mask, q)
+            arguments.check_prefill(spec.mask, q)
         out, attn_weights = self._attend(x, q, cache, angles, need_weights)
         return out if attn_weights is None else (out, attn_weights)
 
@@ -419,9 +424,13 @@ class MultiHeadAttention(Specified, nn.Module):
                 keys, values, k = stored_keys, stored_values, stored
                 if keys.dtype != queries_.dtype:  # autocast: the cache keeps the module's dtype
                     keys, values = keys.to(queries_.dtype), values.to(queries_.dtype)
-        options = self._call_options(self.sink_logits)
+        options = self._options
+        dropout_p = self.dropout.p if self.training else 0.0
+        if options is None or options.dropout_p != dropout_p or (
+                options.sink_logits is not self.sink_logits):  # fmt: skip
+            options = self._new_options(dropout_p, self.sink_logits)
         use_flex = x.device.type in flex.ON and flex.usable(
-            x.device, options.dropout_p, self.sink_logits is not None
+            x.device, dropout_p, self.sink_logits is not None
         )
         chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
                            flex=use_flex)  # fmt: skip
@@ -455,14 +464,10 @@ class MultiHeadAttention(Specified, nn.Module):
         if self.q_norm is not None and self.k_norm is not None:  # QK-norm, before RoPE
             queries_, keys = apply_qk_norm(self._spec.qk_norm, self.q_norm, self.k_norm,
                                            queries_, keys, self.head_dim)  # fmt: skip
-        queries_ = queries_.view(b, num_tokens, self.num_heads, self.head_dim)
-        keys = keys.view(b, num_tokens, self.num_kv_heads, self.head_dim)
-        values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
-        queries_, keys, values = (
-            queries_.transpose(1, 2),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
-        )
+        h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.head_dim
+        queries_ = queries_.view(b, num_tokens, h, d_h).transpose(1, 2)  # (b, h, T, d_h)
+        keys = keys.view(b, num_tokens, h_kv, d_h).transpose(1, 2)  # (b, h_kv, T, d_h)
+        values = self.W_value(x).view(b, num_tokens, h_kv, d_h).transpose(1, 2)
         if self.rotary is not None:  # turn each query and key by m * theta_i at its position m
             if angles is None:
                 angles = self.rotary.of(positions or Tokens(b, num_tokens, x.device, start=0),
