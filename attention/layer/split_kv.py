@@ -33,7 +33,7 @@ from attention.checks import check_size
 from attention.layer.arguments import Positions, check_qkv
 from attention.layer.masks import Mask
 from attention.layer.score_mods import ScoreMod
-from attention.layer.tiled import _backward, _forward, _problem
+from attention.layer.tiled import _backward, _forward, _Problem, _problem
 
 __all__ = ["merge", "partial_attention", "partial_backward", "split_kv_attention"]
 
@@ -47,26 +47,41 @@ def partial_attention(
     score_mods: Sequence[ScoreMod] | ScoreMod = (),
     q_positions: Positions = None,
     k_positions: Positions = None,
-    block_q: int = 64,
-    block_k: int = 64,
 ) -> tuple[Tensor, Tensor]:
     r"""Attention over one set of keys and its log-sum-exp: what
     [`merge`][attention.layer.split_kv.merge] takes.
 
     $O = \sum_j e^{S_j - L} v_j$ and $L = \log \sum_j e^{S_j}$ over the visible keys of the
     set, by [`flash_attention`][attention.layer.tiled.flash_attention]'s forward (its arguments,
-    scale $1 / \sqrt{d}$). Not differentiable by autograd:
+    scale $1 / \sqrt{d}$), the whole set one tile: its `(num_queries, num_keys)` scores at
+    once. Not differentiable by autograd:
     [`partial_backward`][attention.layer.split_kv.partial_backward] gives the set's gradients.
+
+    Args:
+        q: `(batch, num_heads, num_queries, head_dim)`.
+        k: the set's keys, `(batch, num_kv_heads, num_keys, head_dim)`.
+        v: its values, `(batch, num_kv_heads, num_keys, d_v)`.
+        mask: as for `flash_attention`.
+        score_mods: likewise.
+        q_positions: likewise; default the last `num_queries` positions of the keys.
+        k_positions: likewise; default `0 .. num_keys - 1`.
 
     Returns:
         `(O, L)`: `(batch, num_heads, num_queries, d_v)` and `(batch, num_heads, num_queries)`;
         a query that sees no key of the set gets zeros and $L = -\infty$.
     """
-    check_qkv(q, k, v)
-    problem = _problem(mask, score_mods, None, block_q, block_k, q_positions, k_positions,
-                       q.shape[2], k.shape[2], q.shape[0], q.shape[-1], q.device)  # fmt: skip
+    problem = _one_tile(q, k, v, mask, score_mods, q_positions, k_positions)
     with torch.no_grad():
         return _forward(problem, q, k, v)
+
+
+def _one_tile(q: Tensor, k: Tensor, v: Tensor, mask: object, score_mods: object,
+              q_positions: Positions, k_positions: Positions) -> _Problem:  # fmt: skip
+    """The arguments checked, by name; the whole set of keys one tile (at least 1 by 1)."""
+    check_qkv(q, k, v)
+    return _problem(mask, score_mods, None, max(q.shape[2], 1), max(k.shape[2], 1), q_positions,
+                    k_positions, q.shape[2], k.shape[2], q.shape[0], q.shape[-1],
+                    q.device)  # fmt: skip
 
 
 def partial_backward(
@@ -81,12 +96,10 @@ def partial_backward(
     score_mods: Sequence[ScoreMod] | ScoreMod = (),
     q_positions: Positions = None,
     k_positions: Positions = None,
-    block_q: int = 64,
-    block_k: int = 64,
 ) -> tuple[Tensor, Tensor, Tensor]:
     r"""One set of keys' share of the gradients, from the merged $L$ and $D$ over every set.
 
-    With $P_{ij} = e^{S_{ij} - L_i}$ recomputed tile by tile, $dV = P^\top dO$,
+    With $P_{ij} = e^{S_{ij} - L_i}$ recomputed (one tile), $dV = P^\top dO$,
     $dP = dO\, V^\top$, $dS = P \circ (dP - D)$ (FlashAttention-2's backward); summed over
     the sets, the gradients of attention over every key.
 
@@ -102,15 +115,11 @@ def partial_backward(
         score_mods: likewise.
         q_positions: likewise.
         k_positions: likewise.
-        block_q: likewise.
-        block_k: likewise.
 
     Returns:
         `(dq, dk, dv)`, of `q`'s, `k`'s and `v`'s shapes.
     """
-    check_qkv(q, k, v)
-    problem = _problem(mask, score_mods, None, block_q, block_k, q_positions, k_positions,
-                       q.shape[2], k.shape[2], q.shape[0], q.shape[-1], q.device)  # fmt: skip
+    problem = _one_tile(q, k, v, mask, score_mods, q_positions, k_positions)
     saved = tuple(t.detach() for t in (q, k, v, lse))
     return _backward(problem, saved, d_out.detach(), delta.detach())
 

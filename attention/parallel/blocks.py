@@ -26,7 +26,7 @@ no key of a block has $\ell_i^B = -\infty$ and $o_i^B = 0$; one that sees no key
 $o_i = 0$ (as the layer gives a padded query).
 
 The arithmetic is the layer's, one set of keys of
-[`attention.layer.split_kv`][attention.layer.split_kv]: a block is one tile of
+[`attention.layer.split_kv`][attention.layer.split_kv]: a block is one set of keys of
 [`partial_attention`][attention.layer.split_kv.partial_attention] (its $T \times S$ scores at
 once), the rule is [`merge`][attention.layer.split_kv.merge], the backward
 [`partial_backward`][attention.layer.split_kv.partial_backward], and whether the mask hides a
@@ -77,12 +77,7 @@ def block_attention(
         tensor([[[1.0000, 1.6931]]])
     """
     return partial_attention(q, k, v, mask=mask, score_mods=mods, q_positions=q_pos,
-                             k_positions=k_pos, **_one_tile(q, k))  # fmt: skip
-
-
-def _one_tile(q: Tensor, k: Tensor) -> dict[str, int]:
-    """The whole block as one tile: `block_q` all the queries, `block_k` all the keys."""
-    return {"block_q": max(q.shape[2], 1), "block_k": max(k.shape[2], 1)}
+                             k_positions=k_pos)  # fmt: skip
 
 
 def block_backward(
@@ -116,7 +111,7 @@ def block_backward(
         `(dq, dk, dv)` of this block: `(b, h, T, d)`, `(b, h_kv, S, d)`, `(b, h_kv, S, d_v)`.
     """
     return partial_backward(q, k, v, d_out, lse, delta, mask=mask, score_mods=mods,
-                            q_positions=q_pos, k_positions=k_pos, **_one_tile(q, k))  # fmt: skip
+                            q_positions=q_pos, k_positions=k_pos)  # fmt: skip
 
 
 def block_cost(
