@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "check_config",
     "check_dropout",
     "check_flag",
     "check_ids",
@@ -25,6 +26,28 @@ __all__ = [
     "check_size",
     "check_tensor",
 ]
+
+
+def check_config(
+    cfg: object, required: Sequence[str], optional: Sequence[str], kind: str = "a dict"
+) -> None:
+    """A model's `cfg`: a mapping with every `required` key and no other than the `optional`.
+
+    Examples:
+        >>> check_config({"n_layers": 2, "colour": 1}, ("n_layers",), ("window",))
+        Traceback (most recent call last):
+        ...
+        ValueError: cfg needs the keys n_layers (optional: window): missing [], unknown ['colour']
+    """
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"cfg must be {kind}, got {type(cfg).__name__}")
+    missing = [key for key in required if key not in cfg]
+    unknown = [key for key in cfg if key not in (*required, *optional)]
+    if missing or unknown:
+        raise ValueError(
+            f"cfg needs the keys {', '.join(required)} (optional: {', '.join(optional)}): "
+            f"missing {missing}, unknown {unknown}"
+        )
 
 
 def check_tensor(

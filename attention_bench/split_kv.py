@@ -1,7 +1,7 @@
 """Split-KV decoding on this CPU: where do chunks of keys computed at once pay?
 
 `python -m attention_bench.split_kv [--quick]` times one decode step's attention (one query
-per head over a long cache, [`split_kv_attention`][attention.layer.tiled.split_kv_attention])
+per head over a long cache, [`split_kv_attention`][attention.layer.split_kv.split_kv_attention])
 for each number of chunks, computed one after another or on two Python threads, under one or
 two intra-op threads of torch. Every time is printed as a ratio to one chunk in one pass at the
 same torch threads, all in one run, so that the machine's load hits every ratio alike
@@ -21,7 +21,7 @@ import torch
 
 from attention.lab.threads import torch_threads
 from attention.layer.masks import causal
-from attention.layer.tiled import split_kv_attention
+from attention.layer.split_kv import split_kv_attention
 from attention_bench.measuring import Device, measure, milliseconds
 
 __all__ = ["SHAPE", "SPLITS", "main", "split_kv_times"]

@@ -20,8 +20,10 @@
   keys (per head, or over the projection).
 - [`attention.layer.sinks`][attention.layer.sinks]: a learned sink logit.
 - [`attention.layer.tiled`][attention.layer.tiled]: FlashAttention's forward and backward in
-  tiles, in plain PyTorch (no $T \\times S$ matrix, hidden tiles skipped), and split-KV
-  decoding with the log-sum-exp merge.
+  tiles, in plain PyTorch (no $T \\times S$ matrix, hidden tiles skipped).
+- [`attention.layer.split_kv`][attention.layer.split_kv]: attention over sets of keys computed
+  apart, each with its log-sum-exp, and their merge: split-KV decoding (ring attention's
+  blocks too).
 - [`attention.layer.latent`][attention.layer.latent]: multi-head latent attention (DeepSeek-V2
   and V3, Kimi K2): keys and values made from one cached latent per token, naive or absorbed.
 - [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring

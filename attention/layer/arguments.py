@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from attention.checks import check_flag, check_padding_mask, check_size, check_tensor
+from attention.checks import (
+    check_flag,
+    check_padding_mask,
+    check_size,
+    check_tensor,
+)
 from attention.layer.cache import KVCache
 from attention.layer.masks import Mask, as_mask, from_flags
 from attention.layer.tokens import Tokens
@@ -21,15 +26,19 @@ if TYPE_CHECKING:
     from attention.layer.spec import Specified
 
 __all__ = [
+    "Positions",
     "check_angles",
     "check_cache",
     "check_cross_options",
     "check_documents",
     "check_memory",
     "check_prefill",
+    "check_qkv",
     "check_rows",
     "check_sizes",
     "layer_mask",
+    "padding_zeroed",
+    "positions_line",
     "readable",
 ]
 
@@ -147,6 +156,17 @@ def check_rows(
             )
 
 
+def padding_zeroed(x: Tensor, key_padding_mask: Tensor | None, document_ids: Tensor | None,
+                   positions: Tensor | None) -> Tensor:  # fmt: skip
+    """`x` `(b, T, d_in)` with its padded tokens zeroed, once the rows' `key_padding_mask`,
+    `document_ids` and `positions` are checked: not even a NaN there may reach a real output."""
+    b, num_tokens, _ = x.shape
+    check_rows(b, num_tokens, x.device, key_padding_mask, document_ids, positions)
+    if key_padding_mask is None:
+        return x
+    return x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
+
+
 def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool) -> None:
     """RoPE's `(cos, sin)`: two tensors of `head_dim` columns, one per query position."""
     ok = type(angles) is tuple and len(angles) == 2 and rope
@@ -245,3 +265,48 @@ def check_prefix(rule: Mask, cache: KVCache, num_tokens: int) -> None:
             f"its prefix of {prefix}; reset it and give the prompt in one "
             "call"
         )
+
+
+Positions = Tensor | Tokens | None
+"""`(T,)` or `(batch, T)` int positions (-1: no token), or `Tokens` (positions, documents)."""
+
+
+def positions_line(name: str, value: Positions, n: int, default_start: int, batch: int,
+          device: torch.device) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """Positions `(n,)` or `(batch, n)` int64, and documents `(batch, n)` or None, from a
+    tiled function's `value` ([`flash_attention`][attention.layer.tiled.flash_attention]'s
+    `q_positions` or `k_positions`); None: `default_start .. default_start + n - 1`."""
+    if value is None:
+        return torch.arange(default_start, default_start + n, device=device), None
+    if isinstance(value, Tokens):
+        if value.n != n or value.batch not in (1, batch):
+            raise ValueError(f"{name}: Tokens of {value.batch} rows and {value.n} tokens do not "
+                             f"fit {batch} rows of {n} tokens")  # fmt: skip
+        docs = None if value.docs is None else value.docs.expand(batch, n)
+        return value.line, docs
+    line = check_tensor(name, value, ndim=(1, 2))
+    if line.is_floating_point() or line.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer positions, got dtype {line.dtype}")
+    if line.shape[-1] != n or (line.ndim == 2 and line.shape[0] not in (1, batch)):
+        want = f"({n},) or ({batch}, {n})"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(line.shape)}")
+    if line.device != device:
+        raise ValueError(f"{name} must be on {device}, got it on {line.device}")
+    return line.long(), None
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Q `(b, h, T, d)`, K `(b, h_kv, S, d)`, V `(b, h_kv, S, d_v)`, `h` a multiple of `h_kv`:
+    the tiled functions' tensors."""
+    check_tensor("q", q, ndim=4, floating=True)
+    check_tensor("k", k, ndim=4, like=q)
+    check_tensor("v", v, ndim=4, like=q)
+    b, h, _, d = q.shape
+    if k.shape[0] != b or k.shape[-1] != d:
+        raise ValueError(f"k must be (batch, num_kv_heads, num_keys, head_dim) = ({b}, ., ., "
+                         f"{d}) for q {tuple(q.shape)}, got {tuple(k.shape)}")  # fmt: skip
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v must be (batch, num_kv_heads, num_keys, d_v) = {tuple(k.shape[:3])}"
+                         f" + (d_v,), got {tuple(v.shape)}")  # fmt: skip
+    if h % k.shape[1]:
+        raise ValueError(f"q's heads ({h}) must be a multiple of k's heads ({k.shape[1]})")

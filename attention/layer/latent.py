@@ -79,7 +79,7 @@ from torch import Tensor, nn
 from attention.checks import check_dropout, check_flag, check_input, check_positive, check_size
 from attention.layer import arguments
 from attention.layer.cache import KVCache
-from attention.layer.fused import Options, Plan, plan_call, run
+from attention.layer.fused import Plan, plan_call, run
 from attention.layer.masks import Mask
 from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
 from attention.layer.probe import probe
@@ -344,15 +344,12 @@ class MultiHeadLatentAttention(Specified, nn.Module):
             ValueError: a wrong shape of `x`, a mask, positions, ids or angles; a cache made
                 for another layout, or full.
         """
-        w = self.kv_a_proj_with_mqa.weight
-        check_input(x, self.d_in, self.context_length, batched=True, like=w)
+        check_input(x, self.d_in, self.context_length, batched=True,
+                    like=self.kv_a_proj_with_mqa.weight)  # fmt: skip
         check_flag("need_weights", need_weights)
         b, num_tokens, _ = x.shape
         if key_padding_mask is not None or document_ids is not None or positions is not None:
-            arguments.check_rows(b, num_tokens, x.device, key_padding_mask, document_ids,
-                                 positions)  # fmt: skip
-        if key_padding_mask is not None:  # nothing of a padded token reaches a real output
-            x = x.masked_fill(key_padding_mask[..., None], 0.0)
+            x = arguments.padding_zeroed(x, key_padding_mask, document_ids, positions)
         if cache is not None:
             self.check_cache(cache, b, num_tokens)
         if angles is not None:
@@ -386,13 +383,14 @@ class MultiHeadLatentAttention(Specified, nn.Module):
             stored_k_rope, stored_latent, stored = cache.update(q, k_rope, latent)
             if not own:  # (b, 1, S, d_R), (b, 1, S, r), and their positions
                 k_rope, latent, k = stored_k_rope, stored_latent, stored
-        dropout_p = self.dropout.p if self.training else 0.0
-        options = Options(self.num_heads, dropout_p, spec.scale, None, spec.score_mods,
-                          self.dropout)  # fmt: skip
+        options = self._new_options(self.dropout.p if self.training else 0.0)
         chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights)
         self._trace[0] = chosen
-        attend = self._absorbed if self.absorb else self._naive
-        context_vec, weights = attend(q_nope, q_rope, latent, k_rope, chosen, q, k, options)
+        form = self._absorbed if self.absorb else self._naive
+        queries_, keys, values = form(q_nope, q_rope, latent, k_rope)
+        context_vec, weights = run(chosen, queries_, keys, values, self.rule, q, k, options)
+        if self.absorb:  # W_UV sum_s a_s c_s = sum_s a_s W_UV c_s: (b, h, T, r) -> (b, h, T, d_V)
+            context_vec = torch.einsum("bhtr,hvr->bhtv", context_vec, self.up_projections()[1])
         # merge heads: (b, h, T, d_V) -> (b, T, h d_V)
         assert context_vec.shape == (b, self.num_heads, num_tokens, self.v_head_dim)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, -1)
@@ -445,18 +443,10 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         w_uk, w_uv = w.split((self.qk_nope_head_dim, self.v_head_dim), dim=1)
         return w_uk, w_uv
 
-    def _naive(
-        self,
-        q_nope: Tensor,
-        q_rope: Tensor,
-        latent: Tensor,
-        k_rope: Tensor,
-        chosen: Plan,
-        q: Tokens,
-        k: Tokens,
-        options: Options,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Keys and values expanded per head, then attention: `(b, h, T, d_V)`."""
+    def _naive(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor
+               ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """What the kernel takes with keys and values expanded per head: queries
+        `(b, h, T, d_N + d_R)`, keys `(b, h, S, d_N + d_R)`, values `(b, h, S, d_V)`."""
         b, _, s, _ = latent.shape
         w_uk, w_uv = self.up_projections()  # (h, d_N, r), (h, d_V, r)
         k_nope = torch.einsum("bsr,hnr->bhsn", latent[:, 0], w_uk)  # W_UK c_s: (b, h, S, d_N)
@@ -464,29 +454,19 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         k_r = k_rope.expand(b, self.num_heads, s, self.qk_rope_head_dim)  # shared by the heads
         keys = torch.cat((k_nope, k_r), dim=-1)  # [W_UK c_s; k^R_s]: (b, h, S, d_N + d_R)
         queries_ = torch.cat((q_nope, q_rope), dim=-1)  # (b, h, T, d_N + d_R)
-        return run(chosen, queries_, keys, values, self.rule, q, k, options)
+        return queries_, keys, values
 
-    def _absorbed(
-        self,
-        q_nope: Tensor,
-        q_rope: Tensor,
-        latent: Tensor,
-        k_rope: Tensor,
-        chosen: Plan,
-        q: Tokens,
-        k: Tokens,
-        options: Options,
-    ) -> tuple[Tensor, Tensor | None]:
-        """W_UK folded into the query, W_UV applied after the weighted sum: `(b, h, T, d_V)`."""
-        w_uk, w_uv = self.up_projections()  # (h, d_N, r), (h, d_V, r)
+    def _absorbed(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor
+                  ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """What the kernel takes with W_UK folded into the query: queries `(b, h, T, r + d_R)`,
+        one head of keys `(b, 1, S, r + d_R)`, the latents as values `(b, 1, S, r)`; W_UV is
+        applied after the weighted sum."""
+        w_uk, _ = self.up_projections()  # (h, d_N, r)
         # q^N . (W_UK c_s) = (W_UK^T q^N) . c_s: each head's query in latent space, (b, h, T, r)
         q_latent = torch.einsum("bhtn,hnr->bhtr", q_nope, w_uk)
         queries_ = torch.cat((q_latent, q_rope), dim=-1)  # (b, h, T, r + d_R)
         keys = torch.cat((latent, k_rope), dim=-1)  # one head for all: (b, 1, S, r + d_R)
-        # sum_s a_s c_s: multi-query attention whose values are the latents, (b, h, T, r)
-        latent_out, weights = run(chosen, queries_, keys, latent, self.rule, q, k, options)
-        # W_UV sum_s a_s c_s = sum_s a_s W_UV c_s: (b, h, T, r) -> (b, h, T, d_V)
-        return torch.einsum("bhtr,hvr->bhtv", latent_out, w_uv), weights
+        return queries_, keys, latent  # multi-query attention whose values are the latents
 
     def extra_repr(self) -> str:
         sizes = (f"kv_lora_rank={self.kv_lora_rank}, q_lora_rank={self.q_lora_rank}, "

@@ -22,14 +22,14 @@ from attention.checks import check_dropout, check_flag, check_input, check_size
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
 from attention.layer import arguments, convert, cross, flex
 from attention.layer.cache import KVCache
-from attention.layer.fused import Options, Plan, plan_call, run
+from attention.layer.fused import Plan, plan_call, run
 from attention.layer.masks import Mask
-from attention.layer.positions import RotaryTable, rope_frequencies, rotate_with
+from attention.layer.positions import RotaryTable, rotate_with
 from attention.layer.probe import probe
-from attention.layer.qk_norm import QKNormKind, RMSNorm, apply_qk_norm, check_qk_norm, qk_norms
-from attention.layer.rope_scaling import RopeScaling, as_rope_scaling
-from attention.layer.score_mods import ScoreMod, as_score_mods
-from attention.layer.spec import AttentionSpec, Specified
+from attention.layer.qk_norm import QKNormKind, RMSNorm, apply_qk_norm, qk_norms
+from attention.layer.rope_scaling import RopeScaling
+from attention.layer.score_mods import ScoreMod
+from attention.layer.spec import Specified, layer_spec
 from attention.layer.tokens import Tokens, queries
 
 __all__ = ["MultiHeadAttention"]
@@ -214,33 +214,18 @@ class MultiHeadAttention(Specified, nn.Module):
         )
         self.kdim = d_in if kdim is None else check_size("kdim", kdim)
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
-        rule = arguments.layer_mask(causal, window, sinks, mask)
         check_dropout(dropout)
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            num_heads,
-            num_kv_heads,
-            d_out // num_heads,
-        )
-        check_flag("rope", rope)
-        rope_frequencies(2, rope_base)  # checks rope_base, used or not
-        if rope and self.head_dim % 2:
-            raise ValueError("rope rotates pairs of dimensions: head_dim = d_out // num_heads "
-                             f"must be even, got head_dim={self.head_dim}")  # fmt: skip
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = d_out // num_heads  # d_h
         self._trace: list[Plan | None] = [None]  # the last call's plan (a list: compiles)
-        mods = as_score_mods(score_mods)
-        scaling = as_rope_scaling(rope_scaling, rope, self.head_dim, context_length)
-        self.spec = AttentionSpec(rule, mods, scale, float(rope_base) if rope else None,
-                                  check_flag("sink_logit", sink_logit), num_heads,
-                                  num_kv_heads, self.head_dim, scaling,
-                                  check_qk_norm(qk_norm))  # fmt: skip
-        if (self.kdim, self.vdim) != (d_in, d_in):
-            arguments.check_cross_options(self.kdim, self.vdim, d_in, causal=self.causal,
-                                          rope=rope or qk_norm is not None,
-                                          sink_logit=sink_logit, mask=mask,
-                                          score_mods=self._spec.score_mods)  # fmt: skip
+        self.spec = layer_spec(num_heads, num_kv_heads, self.head_dim, context_length,
+                               (self.kdim, self.vdim, d_in), causal=causal, window=window,
+                               sinks=sinks, mask=mask, score_mods=score_mods, scale=scale,
+                               rope=rope, rope_base=rope_base, sink_logit=sink_logit,
+                               rope_scaling=rope_scaling, qk_norm=qk_norm)  # fmt: skip
         self.rotary = (RotaryTable(self.head_dim, rope_base, max(256, 2 * context_length),
-                                   scaling) if rope else None)  # fmt: skip
+                                   self._spec.rope_scaling) if rope else None)  # fmt: skip
         self._unprobed = True  # the mask and modifiers are tried at the first call
         kv_dim = num_kv_heads * self.head_dim
         bias = check_flag("qkv_bias", qkv_bias)
@@ -385,10 +370,7 @@ class MultiHeadAttention(Specified, nn.Module):
             cross.refuse_self_attention(self)
         b, num_tokens, _ = x.shape
         if key_padding_mask is not None or document_ids is not None or positions is not None:
-            arguments.check_rows(b, num_tokens, x.device, key_padding_mask, document_ids,
-                                 positions)  # fmt: skip
-        if key_padding_mask is not None:  # not even a NaN there may reach a real output
-            x = x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
+            x = arguments.padding_zeroed(x, key_padding_mask, document_ids, positions)
         if cache is not None and not (  # fast: a cache of this layout with room; else named
             getattr(cache, "layout", None) == self._layout is not None
             and cache.keys.shape[0] == b and cache.keys.dtype == w.dtype
@@ -446,14 +428,7 @@ class MultiHeadAttention(Specified, nn.Module):
         dropout_p = self.dropout.p if self.training else 0.0
         if options is None or options.dropout_p != dropout_p or (
                 options.sink_logits is not self.sink_logits):  # fmt: skip
-            options = self._options = Options(
-                self.num_heads,
-                dropout_p,
-                spec.scale,
-                self.sink_logits,
-                spec.score_mods,
-                self.dropout,
-            )
+            options = self._new_options(dropout_p, self.sink_logits)
         use_flex = x.device.type in flex.ON and flex.usable(
             x.device, dropout_p, self.sink_logits is not None
         )
@@ -489,14 +464,10 @@ class MultiHeadAttention(Specified, nn.Module):
         if self.q_norm is not None and self.k_norm is not None:  # QK-norm, before RoPE
             queries_, keys = apply_qk_norm(self._spec.qk_norm, self.q_norm, self.k_norm,
                                            queries_, keys, self.head_dim)  # fmt: skip
-        queries_ = queries_.view(b, num_tokens, self.num_heads, self.head_dim)
-        keys = keys.view(b, num_tokens, self.num_kv_heads, self.head_dim)
-        values = self.W_value(x).view(b, num_tokens, self.num_kv_heads, self.head_dim)
-        queries_, keys, values = (
-            queries_.transpose(1, 2),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
-        )
+        h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.head_dim
+        queries_ = queries_.view(b, num_tokens, h, d_h).transpose(1, 2)  # (b, h, T, d_h)
+        keys = keys.view(b, num_tokens, h_kv, d_h).transpose(1, 2)  # (b, h_kv, T, d_h)
+        values = self.W_value(x).view(b, num_tokens, h_kv, d_h).transpose(1, 2)
         if self.rotary is not None:  # turn each query and key by m * theta_i at its position m
             if angles is None:
                 angles = self.rotary.of(positions or Tokens(b, num_tokens, x.device, start=0),

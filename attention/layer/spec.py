@@ -30,17 +30,20 @@ from typing import TYPE_CHECKING, Self
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_positive, check_size
-from attention.layer.arguments import check_cache
+from attention.checks import check_flag, check_positive, check_size
+from attention.layer.arguments import check_cache, check_cross_options, layer_mask
 from attention.layer.cache import KVCache
 from attention.layer.masks import Mask, as_mask, causal, chunk_mask, everything
+from attention.layer.positions import rope_frequencies
+from attention.layer.qk_norm import check_qk_norm
+from attention.layer.rope_scaling import as_rope_scaling
 from attention.layer.score_mods import ScoreMod, as_score_mods
 
 if TYPE_CHECKING:
     from attention.layer.fused import Options, Plan
     from attention.layer.rope_scaling import RopeScaling
 
-__all__ = ["AttentionSpec", "Specified"]
+__all__ = ["AttentionSpec", "Specified", "layer_spec"]
 
 _FIXED = (
     "num_heads",
@@ -162,6 +165,31 @@ class AttentionSpec:
         return [text for name, text in found if name not in allow]
 
 
+def layer_spec(num_heads: int, num_kv_heads: int, head_dim: int, context_length: int,
+               widths: tuple[int, int, int], *, causal: bool | None, window: int | None,
+               sinks: int, mask: object, score_mods: object, scale: float | None, rope: object,
+               rope_base: float, sink_logit: object, rope_scaling: object, qk_norm: object,
+               ) -> AttentionSpec:  # fmt: skip
+    """`MultiHeadAttention`'s spec from its arguments, each checked by name; `widths`:
+    `(kdim, vdim, d_in)`, other than `d_in` for cross-attention only."""
+    rule = layer_mask(causal, window, sinks, mask)
+    rope = check_flag("rope", rope)
+    rope_frequencies(2, rope_base)  # checks rope_base, used or not
+    if rope and head_dim % 2:
+        raise ValueError("rope rotates pairs of dimensions: head_dim = d_out // num_heads "
+                         f"must be even, got head_dim={head_dim}")  # fmt: skip
+    mods = as_score_mods(score_mods)
+    kdim, vdim, d_in = widths
+    if (kdim, vdim) != (d_in, d_in):
+        check_cross_options(kdim, vdim, d_in, causal=rule.bounds.causal,
+                            rope=rope or qk_norm is not None, sink_logit=sink_logit,
+                            mask=mask, score_mods=mods)  # fmt: skip
+    scaling = as_rope_scaling(rope_scaling, rope, head_dim, context_length)
+    return AttentionSpec(rule, mods, scale, float(rope_base) if rope else None,
+                         check_flag("sink_logit", sink_logit), num_heads, num_kv_heads, head_dim,
+                         scaling, check_qk_norm(qk_norm))  # fmt: skip
+
+
 class Specified:
     """What a layer derives from its spec (its mask, its caches): a mixin of
     `MultiHeadAttention` (and of any layer with the same attributes: `num_heads`,
@@ -178,6 +206,7 @@ class Specified:
     vdim: int
     context_length: int
     W_key: nn.Linear
+    dropout: nn.Dropout
     _unprobed: bool
     _trace: list[Plan | None]
 
@@ -199,6 +228,16 @@ class Specified:
             else (self.num_kv_heads, self.head_dim, bounds.reach or None, bounds.anchor)
         )
         self._options: Options | None = None  # made at the next call
+
+    def _new_options(self, dropout_p: float, sink_logits: Tensor | None = None) -> Options:
+        """The kernel's options from the spec, kept for the next calls (the layer makes new
+        ones when dropout's `p`, 0 out of training, or the sink logits change)."""
+        from attention.layer.fused import Options  # fused's options, for this spec
+
+        spec = self._spec
+        self._options = Options(self.num_heads, dropout_p, spec.scale, sink_logits,
+                                spec.score_mods, self.dropout)  # fmt: skip
+        return self._options
 
     @property
     def last_plan(self) -> Plan | None:

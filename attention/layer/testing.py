@@ -1,4 +1,5 @@
-"""How the layer is checked: a float64 oracle, PyTorch's module, a kernel spy, padding masks.
+"""How the layer is checked: a float64 oracle, PyTorch's module, a kernel spy, padding masks,
+the bytes a backward keeps.
 
 For the package's tests, its pages and your own: each helper has one home here, so a page
 demonstrates with the same code that a test asserts with, and a user checks a variant of
@@ -20,7 +21,14 @@ from torch import Tensor, nn
 from attention.layer.masks import from_flags
 from attention.layer.multihead import MultiHeadAttention
 
-__all__ = ["KernelCall", "padding_mask", "reference_attention", "sdpa_calls", "to_torch_mha"]
+__all__ = [
+    "KernelCall",
+    "padding_mask",
+    "reference_attention",
+    "saved_bytes",
+    "sdpa_calls",
+    "to_torch_mha",
+]
 
 
 def padding_mask(
@@ -271,6 +279,29 @@ def reference_attention(
             weights = torch.softmax(scores, dim=1)[:, :n].nan_to_num(0.0)  # (n, n)
             context[row, head] = weights.masked_fill(~seen, 0.0) @ v[row, g]
     return context.transpose(1, 2).reshape(b, n, h * d) @ mha.out_proj.weight.T + mha.out_proj.bias
+
+
+def saved_bytes(fn: Callable[[], Tensor]) -> int:
+    """Bytes that autograd keeps for the backward of `fn()`: each distinct storage once.
+
+    A deterministic measure of a backward's memory: every tensor the graph saves passes
+    through `torch.autograd.graph.saved_tensors_hooks` as it is saved.
+
+    Examples:
+        >>> x = torch.randn(1000, requires_grad=True)  # 4000 bytes
+        >>> saved_bytes(lambda: (x.exp() * 2).sum())  # exp saves its result
+        4000
+    """
+    storages: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(storages.values())
 
 
 def _rotate(t: Tensor, pos: list[list[int]], base: float) -> Tensor:

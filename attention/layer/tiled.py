@@ -39,13 +39,14 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attention.checks import check_positive, check_size, check_tensor
+from attention.checks import check_positive, check_size
+from attention.layer.arguments import Positions, check_qkv, positions_line
 from attention.layer.masks import Bounds, Mask, as_mask, everything
 from attention.layer.score_mods import ScoreMod, as_score_mods
 from attention.layer.tokens import Tokens, visible
@@ -58,9 +59,7 @@ __all__ = [
     "TileCounts",
     "counting_tiles",
     "flash_attention",
-    "merge",
-    "saved_bytes",
-    "split_kv_attention",
+    "hidden",
     "tile_grid",
 ]
 
@@ -156,16 +155,43 @@ def _extent(line: Tensor, lo: int, hi: int) -> tuple[int, int, bool] | None:
     return low, int(pos.max()), not bool(real.all())
 
 
+def hidden(bounds: Bounds, q_range: tuple[int, int], k_range: tuple[int, int]) -> bool:
+    """Whether the bounds certainly hide every key of a block from every query of another.
+
+    A tile's test here, a ring step's in [`attention.parallel.ring`][attention.parallel.ring].
+
+    Args:
+        bounds: the mask's [`Bounds`][attention.layer.masks.Bounds].
+        q_range: the queries' smallest and largest position (real tokens only); `(0, -1)`:
+            none.
+        k_range: the keys'.
+
+    Examples:
+        >>> from attention.layer.masks import causal, window
+        >>> hidden(causal().bounds, (0, 3), (4, 7))  # keys all in the queries' future
+        True
+        >>> hidden(window(2).bounds, (6, 7), (0, 3))  # all further back than the window
+        True
+        >>> hidden(causal().bounds, (4, 7), (0, 3))
+        False
+    """
+    (q_lo, q_hi), (k_lo, k_hi) = q_range, k_range
+    if q_lo > q_hi or k_lo > k_hi:
+        return True  # no token on one side
+    if q_lo >= bounds.causal_from and k_lo > q_hi:
+        return True  # every key lies after every query: j > i
+    reach = bounds.reach  # every key beyond the reach, and no anchor (sink) among them
+    return reach is not None and q_lo - k_hi >= reach and k_lo >= bounds.anchor
+
+
 def _fate(bounds: Bounds, qs: tuple[int, int, bool] | None, ks: tuple[int, int, bool] | None,
           docs: bool) -> int:  # fmt: skip
     """SKIPPED, PARTIAL or FULL for a tile of query positions `qs` and key positions `ks`."""
     if qs is None or ks is None:  # no real query or no real key: nothing to see
         return SKIPPED
     (q_min, q_max, q_pad), (k_min, k_max, k_pad) = qs, ks
-    if q_min >= bounds.causal_from and k_min > q_max:  # every key in every query's future
+    if hidden(bounds, (q_min, q_max), (k_min, k_max)):
         return SKIPPED
-    if bounds.reach is not None and q_min - k_max >= bounds.reach and k_min >= bounds.anchor:
-        return SKIPPED  # every key beyond the reach, and no anchor (sink) among them
     if docs or q_pad or k_pad:
         return PARTIAL  # documents and padding are not in the bounds: evaluate the mask
     near = 0 <= q_min - k_max and q_max - k_min < bounds.near  # every 0 <= i - j < near
@@ -311,7 +337,7 @@ def _tile_grads(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor, delt
     \\end{aligned}
     $$
     """
-    q, k, v, _, lse = saved
+    q, k, v, lse = saved
     (q_lo, q_hi), (k_lo, k_hi) = tiles
     b, num_kv_heads = q.shape[0], k.shape[1]
     q_i = q[:, :, q_lo:q_hi] * problem.scale  # Q_i / sqrt(d): (b, h, tq, d)
@@ -335,11 +361,14 @@ def _tile_grads(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor, delt
     return dq, dk, dv.detach()
 
 
-def _backward(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor
-              ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """dQ, dK, dV: outer loop over key tiles (dK_j, dV_j accumulate), inner over query tiles."""
-    q, k, v, out, _ = saved
-    delta = (dout * out).sum(dim=-1)  # D = rowsum(dO o O): (b, h, T), once, before the loops
+def _backward(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor,
+              delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """dQ, dK, dV: outer loop over key tiles (dK_j, dV_j accumulate), inner over query tiles.
+
+    `saved` is $Q, K, V, L$ and `delta` $D$, with $L$ and $D$ over every key: the keys may be
+    one set of several (a ring's block), whose share of the gradients this is.
+    """
+    q, k, v, _ = saved
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grid = _grid(problem, q.shape[0])
     q_tiles = problem.tiles(problem.q_line, problem.block_q)
@@ -373,56 +402,17 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dout: Tensor) -> tuple[Tensor | None, ...]:
-        saved = tuple(t.detach() for t in ctx.saved_tensors[:5])  # no graph of the backward
-        dq, dk, dv = _backward(ctx.problem, saved, dout.detach())
-        assert (dq.shape, dk.shape, dv.shape) == tuple(t.shape for t in saved[:3])
+        q, k, v, out, lse = (t.detach() for t in ctx.saved_tensors[:5])  # no backward graph
+        dout = dout.detach()
+        delta = (dout * out).sum(dim=-1)  # D = rowsum(dO o O): (b, h, T), before the loops
+        dq, dk, dv = _backward(ctx.problem, (q, k, v, lse), dout, delta)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
         return dq, dk, dv, None
 
 
 # ---------------------------------------------------------------------------------------
 # The public functions
 # ---------------------------------------------------------------------------------------
-
-Positions = Tensor | Tokens | None
-"""`(T,)` or `(batch, T)` int positions (-1: no token), or `Tokens` (positions, documents)."""
-
-
-def _line(name: str, value: Positions, n: int, default_start: int, batch: int,
-          device: torch.device) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-    """Positions `(n,)` or `(batch, n)` int64, and documents `(batch, n)` or None."""
-    if value is None:
-        return torch.arange(default_start, default_start + n, device=device), None
-    if isinstance(value, Tokens):
-        if value.n != n or value.batch not in (1, batch):
-            raise ValueError(f"{name}: Tokens of {value.batch} rows and {value.n} tokens do not "
-                             f"fit {batch} rows of {n} tokens")  # fmt: skip
-        docs = None if value.docs is None else value.docs.expand(batch, n)
-        return value.line, docs
-    line = check_tensor(name, value, ndim=(1, 2))
-    if line.is_floating_point() or line.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer positions, got dtype {line.dtype}")
-    if line.shape[-1] != n or (line.ndim == 2 and line.shape[0] not in (1, batch)):
-        want = f"({n},) or ({batch}, {n})"
-        raise ValueError(f"{name} must have shape {want}, got {tuple(line.shape)}")
-    if line.device != device:
-        raise ValueError(f"{name} must be on {device}, got it on {line.device}")
-    return line.long(), None
-
-
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
-    """Q `(b, h, T, d)`, K `(b, h_kv, S, d)`, V `(b, h_kv, S, d_v)`, `h` a multiple of `h_kv`."""
-    check_tensor("q", q, ndim=4, floating=True)
-    check_tensor("k", k, ndim=4, like=q)
-    check_tensor("v", v, ndim=4, like=q)
-    b, h, _, d = q.shape
-    if k.shape[0] != b or k.shape[-1] != d:
-        raise ValueError(f"k must be (batch, num_kv_heads, num_keys, head_dim) = ({b}, ., ., "
-                         f"{d}) for q {tuple(q.shape)}, got {tuple(k.shape)}")  # fmt: skip
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must be (batch, num_kv_heads, num_keys, d_v) = {tuple(k.shape[:3])}"
-                         f" + (d_v,), got {tuple(v.shape)}")  # fmt: skip
-    if h % k.shape[1]:
-        raise ValueError(f"q's heads ({h}) must be a multiple of k's heads ({k.shape[1]})")
 
 
 def _problem(mask: object, score_mods: object, scale: float | None, block_q: int, block_k: int,
@@ -434,9 +424,9 @@ def _problem(mask: object, score_mods: object, scale: float | None, block_q: int
     mods = as_score_mods(score_mods)
     scale = 1 / math.sqrt(head_dim) if scale is None else check_positive("scale", scale)
     block_q, block_k = check_size("block_q", block_q), check_size("block_k", block_k)
-    q_line, q_docs = _line("q_positions", q_positions, num_queries,
-                           max(num_keys - num_queries, 0), batch, device)  # fmt: skip
-    k_line, k_docs = _line("k_positions", k_positions, num_keys, 0, batch, device)
+    q_line, q_docs = positions_line("q_positions", q_positions, num_queries,
+                                    max(num_keys - num_queries, 0), batch, device)  # fmt: skip
+    k_line, k_docs = positions_line("k_positions", k_positions, num_keys, 0, batch, device)
     return _Problem(rule, mods, scale, block_q, block_k, q_line, k_line, q_docs, k_docs)
 
 
@@ -487,137 +477,8 @@ def flash_attention(
         >>> bool((out - ref).abs().max() < 1e-12)
         True
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     problem = _problem(mask, score_mods, scale, block_q, block_k, q_positions, k_positions,
                        q.shape[2], k.shape[2], q.shape[0], q.shape[-1], q.device)  # fmt: skip
     out: Tensor = FlashAttention.apply(q, k, v, problem)  # type: ignore[no-untyped-call]
     return out
-
-
-def merge(outputs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
-    r"""Attention over several sets of keys, from each set's output and log-sum-exp.
-
-    Set $c$ gave $O_c = \sum_{j \in c} e^{S_j - L_c} v_j$ with $L_c = \log \sum_{j \in c}
-    e^{S_j}$. Over every key, $L = \log \sum_c e^{L_c}$ and each set's share of the weight is
-    $e^{L_c - L}$:
-
-    $$
-    O = \sum_c e^{L_c - L}\, O_c .
-    $$
-
-    Split-KV decoding's rule, and ring attention's; the forward's tile update is the same one.
-
-    Args:
-        outputs: each `(..., num_queries, d_v)`.
-        lses: each `(..., num_queries)`; $-\infty$ where a set holds no visible key.
-
-    Returns:
-        `(O, L)`: the merged output and log-sum-exp, of those shapes.
-
-    Examples:
-        >>> o, lse = merge([torch.tensor([[1.0]]), torch.tensor([[3.0]])],
-        ...                [torch.tensor([0.0]), torch.tensor([0.0])])  # equal weight
-        >>> o, lse
-        (tensor([[2.]]), tensor([0.6931]))
-    """
-    if len(outputs) != len(lses) or not outputs:
-        raise ValueError(f"merge needs one lse per output, at least one: got {len(outputs)} "
-                         f"outputs and {len(lses)} lses")  # fmt: skip
-    stacked = torch.stack(list(lses))  # (n, ..., T)
-    lse = torch.logsumexp(stacked, dim=0)  # L = log sum_c e^(L_c)
-    shift = lse.masked_fill(lse.isneginf(), 0.0)  # no visible key anywhere: weights 0
-    weights = torch.exp(stacked - shift)  # e^(L_c - L): (n, ..., T)
-    out = (weights[..., None] * torch.stack(list(outputs))).sum(dim=0)  # sum_c e^(L_c-L) O_c
-    return out, lse
-
-
-def split_kv_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    num_splits: int,
-    mask: Mask | Callable[..., Tensor] | None = None,
-    score_mods: Sequence[ScoreMod] | ScoreMod = (),
-    q_positions: Positions = None,
-    k_positions: Positions = None,
-    scale: float | None = None,
-    workers: int = 1,
-) -> Tensor:
-    r"""Decoding's attention: a few queries over many keys, cut into `num_splits` chunks.
-
-    Each chunk $c$ of keys gives its own $(O_c, L_c)$ (one tiled forward); the chunks are
-    independent, so they can run at once (on `workers` threads here, on more of a GPU's cores
-    in FlashDecoding), and [`merge`][attention.layer.tiled.merge] combines them.
-
-    Args:
-        q: `(batch, num_heads, num_queries, head_dim)`, usually one query.
-        k: `(batch, num_kv_heads, num_keys, head_dim)`.
-        v: `(batch, num_kv_heads, num_keys, d_v)`.
-        num_splits: chunks of keys, 1 to `num_keys`.
-        mask: as in [`flash_attention`][attention.layer.tiled.flash_attention].
-        score_mods: likewise.
-        q_positions: likewise; default the last `num_queries` positions of the keys.
-        k_positions: likewise; default `0 .. num_keys - 1`.
-        scale: likewise; default $1 / \sqrt{d}$.
-        workers: threads computing chunks at once (1: one after another).
-
-    Returns:
-        $O$, `(batch, num_heads, num_queries, d_v)`.
-
-    Examples:
-        >>> q = torch.randn(1, 4, 1, 8, dtype=torch.float64)  # one new token's query
-        >>> k, v = torch.randn(2, 1, 4, 1000, 8, dtype=torch.float64).unbind(0)
-        >>> one = flash_attention(q, k, v, block_k=1000)
-        >>> bool((split_kv_attention(q, k, v, num_splits=8) - one).abs().max() < 1e-12)
-        True
-    """
-    _check_qkv(q, k, v)
-    num_keys = k.shape[2]
-    num_splits = check_size("num_splits", num_splits)
-    if num_splits > num_keys:
-        raise ValueError(f"num_splits must be at most num_keys={num_keys}, got {num_splits}")
-    workers = check_size("workers", workers)
-    size = -(-num_keys // num_splits)  # keys per chunk, rounded up
-    problem = _problem(mask, score_mods, scale, max(q.shape[2], 1), size, q_positions, k_positions,
-                       q.shape[2], num_keys, q.shape[0], q.shape[-1], q.device)  # fmt: skip
-
-    def chunk(lo: int) -> tuple[Tensor, Tensor]:  # (O_c, L_c) of keys lo .. lo + size - 1
-        hi = min(lo + size, num_keys)
-        k_docs = None if problem.k_docs is None else problem.k_docs[:, lo:hi]
-        part = replace(problem, k_line=problem.k_line[..., lo:hi], k_docs=k_docs)
-        return _forward(part, q, k[:, :, lo:hi], v[:, :, lo:hi])
-
-    starts = range(0, num_keys, size)
-    if workers == 1:
-        parts = [chunk(lo) for lo in starts]
-    else:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(workers) as pool:
-            parts = list(pool.map(chunk, starts))
-    out, _ = merge([o for o, _ in parts], [lse for _, lse in parts])
-    return out
-
-
-def saved_bytes(fn: Callable[[], Tensor]) -> int:
-    """Bytes that autograd keeps for the backward of `fn()`: each distinct storage once.
-
-    A deterministic measure of a backward's memory: every tensor the graph saves passes
-    through `torch.autograd.graph.saved_tensors_hooks` as it is saved.
-
-    Examples:
-        >>> x = torch.randn(1000, requires_grad=True)  # 4000 bytes
-        >>> saved_bytes(lambda: (x.exp() * 2).sum())  # exp saves its result
-        4000
-    """
-    storages: dict[int, int] = {}
-
-    def pack(t: Tensor) -> Tensor:
-        storage = t.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(storages.values())

@@ -45,7 +45,14 @@ import torch
 import torch.nn.functional as F
 from torch import Size, Tensor, nn
 
-from attention.checks import check_dropout, check_flag, check_ids, check_size, check_tensor
+from attention.checks import (
+    check_config,
+    check_dropout,
+    check_flag,
+    check_ids,
+    check_size,
+    check_tensor,
+)
 from attention.layer.arguments import check_documents
 from attention.layer.cache import KVCache
 from attention.layer.multihead import MultiHeadAttention
@@ -78,15 +85,7 @@ _OPTIONAL = ("n_kv_heads", "rope_base", "window", "sinks")
 
 
 def _check_config(cfg: Mapping[str, Any]) -> None:
-    if not isinstance(cfg, Mapping):
-        raise TypeError(f"cfg must be a dict of the book's keys, got {type(cfg).__name__}")
-    missing = [key for key in _REQUIRED if key not in cfg]
-    unknown = [key for key in cfg if key not in _REQUIRED + _OPTIONAL]
-    if missing or unknown:
-        raise ValueError(
-            f"cfg needs the keys {', '.join(_REQUIRED)} (optional: {', '.join(_OPTIONAL)}): "
-            f"missing {missing}, unknown {unknown}"
-        )
+    check_config(cfg, _REQUIRED, _OPTIONAL, "a dict of the book's keys")
     for key in ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"):
         check_size(key, cfg[key])
     check_dropout(cfg["drop_rate"], "drop_rate")

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.checks import check_flag, check_positive, check_size
+from attention.checks import check_config, check_flag, check_positive, check_size
 from attention.layer.cache import KVCache
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.positions import RotaryTable
@@ -188,15 +188,7 @@ class LlamaBlock(nn.Module):
 
 
 def _check_config(cfg: Mapping[str, Any]) -> None:
-    if not isinstance(cfg, Mapping):
-        raise TypeError(f"cfg must be a dict, got {type(cfg).__name__}")
-    missing = [key for key in _REQUIRED if key not in cfg]
-    unknown = [key for key in cfg if key not in _REQUIRED + _OPTIONAL]
-    if missing or unknown:
-        raise ValueError(
-            f"cfg needs the keys {', '.join(_REQUIRED)} (optional: {', '.join(_OPTIONAL)}): "
-            f"missing {missing}, unknown {unknown}"
-        )
+    check_config(cfg, _REQUIRED, _OPTIONAL)
     for key in ("vocab_size", "context_length", "emb_dim", "hidden_dim", "n_layers"):
         check_size(key, cfg[key])
     layers = cfg["layers"]

@@ -1,7 +1,9 @@
 """Attention across processes: ring attention on torch.distributed, and sequences split for it.
 
 - [`attention.parallel.blocks`][attention.parallel.blocks]: one key/value block's output and
-  log-sum-exp, the merge rule, a block's backward, and when the mask's bounds hide a block.
+  log-sum-exp and its backward, by the layer's
+  [`attention.layer.split_kv`][attention.layer.split_kv] (whose `merge` is the log-sum-exp
+  rule), and a ring step's cost.
 - [`attention.parallel.ring`][attention.parallel.ring]: `ring_attention`, forward and backward
   around a ring of processes.
 - [`attention.parallel.shards`][attention.parallel.shards]: contiguous and zigzag shards, with
@@ -12,7 +14,8 @@
   bounded waits (tests, pages).
 """
 
-from attention.parallel.blocks import block_attention, merge
+from attention.layer.split_kv import merge
+from attention.parallel.blocks import block_attention
 from attention.parallel.launch import spawn
 from attention.parallel.ring import ring_attention
 from attention.parallel.shards import (

@@ -4,11 +4,11 @@ $P$ processes each hold one shard of a sequence: queries, keys and values of the
 the tokens' positions. At step $t = 0 \dots P-1$ process $r$ holds the key/value block of
 process $(r - t) \bmod P$; it starts sending that block to $r + 1$ and receiving the next from
 $r - 1$ (`batch_isend_irecv`), computes its queries against the block it holds while the
-transfer runs, and merges the result by the log-sum-exp rule
-([`attention.parallel.blocks`][attention.parallel.blocks]). After $P$ steps every query has
-seen every key: the output is attention over the whole sequence, though no process ever held
-more than two blocks. A block that the mask's bounds certainly hide from a process's queries
-is passed on without being computed.
+transfer runs ([`attention.parallel.blocks`][attention.parallel.blocks]), and merges the
+result by the log-sum-exp rule ([`merge`][attention.layer.split_kv.merge]). After $P$ steps
+every query has seen every key: the output is attention over the whole sequence, though no
+process ever held more than two blocks. A block that the mask's bounds certainly hide from a
+process's queries is passed on without being computed.
 
 The backward runs the same ring: the key/value block travels again, with the gradients
 $dK, dV$ that each process adds for its own queries; after $P$ steps they arrive back at the
@@ -31,7 +31,9 @@ from torch import Tensor
 
 from attention.layer.masks import Mask, as_mask, causal
 from attention.layer.score_mods import ScoreMod, as_score_mods
-from attention.parallel.blocks import block_attention, block_backward, hidden, merge
+from attention.layer.split_kv import merge
+from attention.layer.tiled import hidden
+from attention.parallel.blocks import block_attention, block_backward
 
 __all__ = ["Shard", "held", "ring_attention"]
 
@@ -203,7 +205,7 @@ def ring_forward(
             works = ring.start(block, incoming)
         if not ring.skips(mask, step):
             out_b, lse_b = block_attention(q, block[0], block[1], pos, block[2], mask, mods)
-            out, lse = merge(out, lse, out_b, lse_b)
+            out, lse = merge([out, out_b], [lse, lse_b])
         for work in works:
             work.wait()
         block = incoming

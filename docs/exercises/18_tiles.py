@@ -13,10 +13,10 @@
 import torch
 
 from attention.layer.masks import causal, window
+from attention.layer.split_kv import merge
 from attention.layer.tiled import (
     SKIPPED,
     flash_attention,
-    merge,
     tile_grid,
 )
 

@@ -13,13 +13,13 @@
 import torch
 
 from attention.layer.masks import causal, window
+from attention.layer.tiled import hidden
 from attention.parallel import (
     block_attention,
     causal_pairs,
     zigzag_shard,
     zigzag_unshard,
 )
-from attention.parallel.blocks import hidden
 
 # %% [markdown]
 # ## Exercise 19.1: the merge by hand

@@ -1,15 +1,13 @@
 """RoPE scaling and partial rotation: each method's frequencies equal transformers' own.
 
-transformers computes its frequencies in float32; `float64_casts` points its `torch.float`
-and `torch.float32` at float64 while it runs, so both sides evaluate the same formulas in
-float64 and agree to rounding (1e-12).
+transformers computes its frequencies in float32; `float64_casts` (tests/float64.py) points
+its `torch.float` and `torch.float32` at float64 while it runs, so both sides evaluate the same
+formulas in float64 and agree to rounding (1e-12).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
@@ -19,6 +17,7 @@ import torch
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.positions import RotaryTable, apply_rope, rope_angles
 from attention.layer.rope_scaling import RopeScaling
+from tests.float64 import float64_casts
 
 HEAD_DIM, CONTEXT = 16, 256
 
@@ -40,17 +39,6 @@ CASES: dict[str, dict[str, Any]] = {
 @pytest.fixture
 def transformers() -> ModuleType:
     return pytest.importorskip("transformers", minversion="5.24")
-
-
-@contextmanager
-def float64_casts() -> Iterator[None]:
-    """transformers' float32 casts made float64, for the duration."""
-    saved = torch.float, torch.float32
-    torch.float = torch.float32 = torch.float64  # type: ignore[misc]
-    try:
-        yield
-    finally:
-        torch.float, torch.float32 = saved  # type: ignore[misc]
 
 
 def theirs(transformers: ModuleType, parameters: dict[str, Any],

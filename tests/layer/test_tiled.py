@@ -20,15 +20,14 @@ from attention.layer.alibi import alibi
 from attention.layer.fused import bind
 from attention.layer.masks import Mask, causal, documents, padding, sinks, window
 from attention.layer.softcap import softcap
+from attention.layer.split_kv import merge, split_kv_attention
+from attention.layer.testing import saved_bytes
 from attention.layer.tiled import (
     FULL,
     PARTIAL,
     SKIPPED,
     counting_tiles,
     flash_attention,
-    merge,
-    saved_bytes,
-    split_kv_attention,
     tile_grid,
 )
 from attention.layer.tokens import Tokens, visible

@@ -20,6 +20,7 @@ from torch import Tensor
 
 import attention
 from attention.model.llama_block import LlamaModel
+from tests.float64 import float64_casts
 
 VOCAB = 100
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -59,16 +60,13 @@ def _gemma_norm(self: Any, x: Tensor) -> Tensor:
 
 @contextmanager
 def exact(monkeypatch: Any) -> Iterator[None]:
-    """transformers' float32 casts made float64, for the duration."""
+    """transformers' float32 casts made float64 and Gemma's norm in the input's dtype, for the
+    duration."""
     from transformers.models.gemma3 import modeling_gemma3
 
     monkeypatch.setattr(modeling_gemma3.Gemma3RMSNorm, "forward", _gemma_norm)
-    saved = torch.float, torch.float32
-    torch.float = torch.float32 = torch.float64  # type: ignore[misc]
-    try:
+    with float64_casts():
         yield
-    finally:
-        torch.float, torch.float32 = saved  # type: ignore[misc]
 
 
 def hf_model(transformers: ModuleType, family: str, **settings: Any) -> Any:

@@ -151,7 +151,7 @@ def test_blocks_merged_equal_attention_in_one_process(name: str) -> None:
     parts = [slice(0, 4), slice(4, 9), slice(9, T)]
     for part in parts:
         block = block_attention(q, k[:, :, part], v[:, :, part], pos, pos[:, part], mask, mods)
-        out, lse = merge(out, lse, *block)
+        out, lse = merge([out, block[0]], [lse, block[1]])
     assert torch.allclose(out, want.detach(), rtol=0, atol=1e-12)
     delta = (d_out * out).sum(-1)
     dq = torch.zeros_like(q)
