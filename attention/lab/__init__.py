@@ -13,5 +13,7 @@
 - [`attention.lab.heads`][attention.lab.heads]: chapter 16, what trained heads do: every
   head's scores and weights, previous-token and induction scores, a small GPT trained to form
   them.
+- [`attention.lab.recall`][attention.lab.recall]: where linear attention loses: chapter 16's
+  induction task learned by softmax and by linear attention, their exact recall measured.
 - [`attention.lab.threads`][attention.lab.threads]: every training here runs on few threads.
 """

@@ -4,6 +4,8 @@
   feed-forward.
 - [`attention.model.llama_block`][attention.model.llama_block]: the Llama block (RMSNorm,
   SwiGLU, no biases) and `LlamaModel`, a `GPTModel` of them.
+- [`attention.model.hybrid`][attention.model.hybrid]: `HybridGPTModel`, a `GPTModel` whose
+  layers mix softmax and linear attention by its config (Qwen3-Next's `layer_types`).
 - [`attention.model.generation`][attention.model.generation]: writing text with it: the
   book's loop, and batches of prompts of different lengths, sampling, stops per row,
   streaming.
