@@ -333,3 +333,14 @@ def test_indexer_shapes() -> None:
     assert keys.shape == (2, T, D_I)
     scores = ix(x, torch.randn(2, T, Q_LORA, dtype=torch.float64), keys, cos_sin)
     assert scores.shape == (2, T, T)
+
+
+def test_gradients_reach_the_attention_not_the_indexer() -> None:
+    """As in transformers and DeepSeek's training, the main loss trains the latent attention's
+    weights; the indexer (no_grad, trained by its own loss) gets no gradient from it."""
+    layer = dsa().train()
+    layer(inputs()).square().sum().backward()
+    grads = {name: p.grad for name, p in layer.named_parameters()}
+    assert all(g is None for name, g in grads.items() if name.startswith("indexer."))
+    assert all(g is not None and g.abs().max() > 0 for name, g in grads.items()
+               if not name.startswith("indexer."))  # fmt: skip
