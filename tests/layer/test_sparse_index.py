@@ -5,8 +5,9 @@ Comparisons are in float64 at 1e-10. transformers' layer is built tiny from `Dee
 (random weights), its RMSNorm's float32 cast patched out, RoPE's angles given in float64, and
 its SDPA path used (the eager path takes the softmax in float32).
 Its indexer computes the scores in float32 (`q.float()`, `.float()` on the head weights), which
-only decides *which* keys are read: each test checks first that both choose the same keys,
-then that the outputs agree to 1e-10.
+only decides *which* keys are read: each test checks first that both choose the same keys
+(on these inputs the k-th and (k+1)-th scores differ by more than 1e-3, far above float32's
+rounding: checked below), then that the outputs agree to 1e-10.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from attention.layer.sparse_index import (
     topk_chosen,
     topk_mask,
 )
+from attention.layer.tokens import Tokens
 
 D_IN, H, R, D_N, D_R, D_V, Q_LORA, H_I, D_I, T = 32, 4, 8, 6, 4, 5, 12, 3, 8, 9
 EXACT = {"atol": 1e-10, "rtol": 0.0}
@@ -99,6 +101,22 @@ def test_chosen_equals_the_definition() -> None:
     assert layer.last_chosen is not None
     assert torch.equal(layer.last_chosen, reference_chosen(layer, x))  # bools: exact
     assert layer.last_chosen.sum(-1).tolist() == [[1, 2] + [3] * (T - 2)] * 2
+
+
+def test_no_near_ties_at_the_cut() -> None:
+    """The inputs of these tests leave a gap above 1e-3 between each query's k-th and
+    (k+1)-th visible scores: float32 scores (transformers') rank them as float64 ones do."""
+    layer = dsa(index_topk=3)
+    x = inputs()
+    with torch.no_grad():
+        q = Tokens(2, T, x.device, start=0)
+        cos_sin = layer.rotary.of(q, x.dtype)
+        assert layer.q_a_proj is not None and layer.q_a_layernorm is not None
+        low = layer.q_a_layernorm(layer.q_a_proj(x))
+        scores = layer.indexer(x, low, layer.indexer.keys(x, cos_sin), cos_sin)
+    gaps = [float(row[k - 1] - row[k]) for b in range(2) for t in range(3, T)
+            for k, row in [(3, scores[b, t, : t + 1].sort(descending=True).values)]]  # fmt: skip
+    assert min(gaps) > 1e-3
 
 
 def test_topk_mask_is_a_mask_of_the_algebra() -> None:
