@@ -264,9 +264,15 @@ class SparseLatentAttention(MultiHeadLatentAttention):
     it sees fewer) and runs the latent layer with the mask `causal() & topk_mask(chosen)`.
 
     Args:
-        d_in, num_heads, context_length: as `MultiHeadLatentAttention`'s.
-        kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank: likewise
-            (`q_lora_rank` required: the indexer's queries start from it).
+        d_in: the input's width, as `MultiHeadLatentAttention`'s.
+        num_heads: $h$, the attention's query heads.
+        context_length: the longest sequence one call takes.
+        kv_lora_rank: $r$, the latent's width.
+        qk_nope_head_dim: $d_N$.
+        qk_rope_head_dim: $d_R$ (also the indexer's rotated width).
+        v_head_dim: $d_V$.
+        q_lora_rank: the queries' low-rank width (required: the indexer's queries start
+            from it).
         index_topk: $k$, the most keys a query reads (transformers' `index_topk`).
         index_n_heads: $H_I$.
         index_head_dim: $d_I$.
@@ -279,8 +285,10 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         last_chosen: `(b, T, S)` bool, the keys each query read at the last call.
 
     Raises:
-        TypeError, ValueError: as `MultiHeadLatentAttention`, and for the indexer's sizes; a
-            call with `key_padding_mask`, `document_ids` or `positions` (not taken here).
+        TypeError: as `MultiHeadLatentAttention`, and a size of the indexer not an int.
+        ValueError: as `MultiHeadLatentAttention`, an indexer's size below 1 or an
+            `index_head_dim` below `qk_rope_head_dim`; at a call, `key_padding_mask`,
+            `document_ids` or `positions` (not taken here) or a cache of another kind.
     """
 
     def __init__(self, d_in: int, num_heads: int, context_length: int, *, kv_lora_rank: int,
