@@ -2,34 +2,30 @@ r"""DeepSeek sparse attention (DeepSeek-V3.2): a small "lightning indexer" choos
 top-$k$ keys, and latent attention reads only those.
 
 A sliding window fixes which keys a query reads (its last $w$). DeepSeek sparse attention learns
-it: for query $t$ and every key $s$ it may see, a cheap score
-
-$$
-I_{t,s} = \sum_{j=1}^{H_I} w_{t,j}\,
-  \operatorname{ReLU}\!\bigl(\tau_I\, q^{I}_{t,j} \cdot k^{I}_s\bigr),
-\qquad w_{t,j} = \frac{(W_w x_t)_j}{\sqrt{H_I}},\quad \tau_I = \frac{1}{\sqrt{d_I}},
-$$
-
-with $H_I$ indexer heads (`index_n_heads`) of width $d_I$ (`index_head_dim`),
+it: for query $t$ and every key $s$ it may see, a cheap score $I_{t,s}$, from $H_I$ indexer
+heads (`index_n_heads`) of width $d_I$ (`index_head_dim`):
 
 $$
 \begin{aligned}
-q^{I}_{t,j} &= \operatorname{RoPE}_t\bigl((W^{I}_{Q}\, c^{Q}_t)_j\bigr), \quad
-  c^{Q}_t = \operatorname{RMSNorm}(W_{DQ}\, x_t) \text{ (the main queries' low-rank input)}, \\
-k^{I}_s &= \operatorname{RoPE}_s\bigl(\operatorname{LayerNorm}(W^{I}_{K}\, x_s)\bigr)
-  \text{ (one key per token, shared by the indexer's heads)},
+I_{t,s} &= \sum_{j=1}^{H_I} w_{t,j}\,
+  \operatorname{ReLU}\bigl(\tau_I\, q^{I}_{t,j} \cdot k^{I}_s\bigr), \\
+w_{t,j} &= (W_w\, x_t)_j \,/ \sqrt{H_I}, \qquad \tau_I = 1 / \sqrt{d_I}, \\
+q^{I}_{t,j} &= \operatorname{RoPE}_t\bigl((W^{I}_{Q}\, c^{Q}_t)_j\bigr), \\
+c^{Q}_t &= \operatorname{RMSNorm}(W_{DQ}\, x_t), \\
+k^{I}_s &= \operatorname{RoPE}_s\bigl(\operatorname{LayerNorm}(W^{I}_{K}\, x_s)\bigr),
 \end{aligned}
 $$
 
-RoPE turning the first $d_R$ = `qk_rope_head_dim` dimensions in halves (not in the main
-attention's interleaved pairs). Query $t$ keeps the $k$ visible keys of the largest $I_{t,s}$:
+$c^{Q}_t$ being the main queries' low-rank input and $k^{I}_s$ one key per token, shared by the
+indexer's heads; RoPE turns the first $d_R$ = `qk_rope_head_dim` dimensions in halves (not in
+the main attention's interleaved pairs). Query $t$ keeps $\mathcal{S}_t$, its $k$ visible keys
+of the largest $I_{t,s}$; its mask is
 
 $$
-\mathcal{S}_t = \operatorname{top-}k_{\,s \le t}\; I_{t,s}, \qquad
-M_{ts} = \text{causal}(t, s) \wedge s \in \mathcal{S}_t ,
+M_{ts} = \bigl(s \le t\bigr) \wedge \bigl(s \in \mathcal{S}_t\bigr).
 $$
 
-and the layer is [`MultiHeadLatentAttention`][attention.layer.latent.MultiHeadLatentAttention]
+The layer is [`MultiHeadLatentAttention`][attention.layer.latent.MultiHeadLatentAttention]
 with that mask: the same planner and kernels, a mask that reads a `(batch, T, S)` tensor per row
 ([`topk_mask`][attention.layer.sparse_index.topk_mask]), as
 [`documents`][attention.layer.masks.documents] reads its ids. A query with at most $k$ visible
@@ -38,17 +34,18 @@ keys instead of up to $T$; the indexer itself still scores every visible key, wi
 heads and one key per token.
 
 transformers' `DeepseekV32Indexer` (5.24) is this computation, without the reference code's
-Hadamard rotation (orthogonal: it changes no dot product) and fp8 scoring; it casts the
-indexer's scores to float32 and runs without gradients, as the indexer here does
-(`torch.no_grad`): DeepSeek trains it by its own loss, not through the main attention.
+Hadamard rotation (orthogonal: it changes no dot product) and fp8 scoring. It computes the
+scores in float32 (here: in the input's dtype) and without gradients, as here
+(`torch.no_grad`): DeepSeek trains the indexer by its own loss, not through the main attention.
 Parameter names are transformers' (`indexer.wq_b`, `indexer.wk`, `indexer.k_norm`,
 `indexer.weights_proj`), so a state dict loads as it is
 ([`from_hf_sparse`][attention.layer.sparse_index.from_hf_sparse]).
 
 Examples:
     >>> _ = torch.manual_seed(0)
-    >>> dsa = SparseLatentAttention(32, num_heads=4, context_length=16, kv_lora_rank=8,
-    ...     qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8, q_lora_rank=12,
+    >>> dsa = SparseLatentAttention(
+    ...     32, num_heads=4, context_length=16, kv_lora_rank=8, q_lora_rank=12,
+    ...     qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
     ...     index_topk=3, index_n_heads=2, index_head_dim=8)
     >>> x = torch.randn(1, 6, 32)
     >>> dsa(x).shape
@@ -56,7 +53,8 @@ Examples:
     >>> chosen = dsa.last_chosen  # (b, T, S) bool: the keys each query read
     >>> chosen.sum(-1)  # all it sees while it sees at most 3, then 3
     tensor([[1, 2, 3, 3, 3, 3]])
-    >>> bool((chosen & ~torch.ones(6, 6, dtype=torch.bool).tril()).any())  # never the future
+    >>> future = ~torch.ones(6, 6, dtype=torch.bool).tril()
+    >>> bool((chosen & future).any())  # never a key of the future
     False
 """
 
@@ -125,8 +123,10 @@ class LightningIndexer(nn.Module):
 
     def keys(self, x: Tensor, angles: tuple[Tensor, Tensor]) -> Tensor:
         r"""$k^I_s = \operatorname{RoPE}_s(\operatorname{LayerNorm}(W^I_K x_s))$: `(b, T, d_I)`."""
-        k = self.k_norm(self.wk(x))[:, None]  # (b, 1, T, d_I)
-        return self._rotate(k, angles)[:, 0]
+        k = self.k_norm(self.wk(x))[:, None]  # (b, 1, T, d_I): one key for every head
+        k = self._rotate(k, angles)[:, 0]
+        assert k.shape == (*x.shape[:2], self.head_dim)
+        return k
 
     def forward(self, x: Tensor, q_low: Tensor, keys: Tensor,
                 angles: tuple[Tensor, Tensor]) -> Tensor:  # fmt: skip
