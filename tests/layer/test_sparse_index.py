@@ -209,7 +209,7 @@ def deepseek(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
-def hf_attention(module: ModuleType, topk: int) -> Any:
+def hf_attention(module: ModuleType, topk: int, **settings: Any) -> Any:
     import transformers
 
     config = transformers.DeepseekV32Config(
@@ -219,6 +219,7 @@ def hf_attention(module: ModuleType, topk: int) -> Any:
         vocab_size=10, intermediate_size=16, moe_intermediate_size=8, n_routed_experts=4,
         n_group=1, topk_group=1, num_experts_per_tok=2, attention_bias=True,
         pad_token_id=None, bos_token_id=None, eos_token_id=None, attn_implementation="sdpa",
+        **settings,
     )  # fmt: skip
     torch.manual_seed(3)
     layer = module.DeepseekV32Attention(config, layer_idx=0).double().eval()
@@ -294,6 +295,23 @@ def test_equals_transformers_step_by_step(deepseek: ModuleType) -> None:
         assert_close(ours, theirs, **EXACT)
     assert hf_cache.layers[0].indexer_keys.shape == (2, T, D_I)
     assert_close(cache.index_keys, hf_cache.layers[0].indexer_keys, **EXACT)
+
+
+def test_from_hf_sparse_reads_the_softmax_factor_and_refuses_other_ropes(
+    deepseek: ModuleType,
+) -> None:
+    """YaRN's softmax factor is read into the scale (transformers' `scaling`); a RoPE scaling
+    it does not read is refused by name."""
+    yarn = {"rope_type": "yarn", "factor": 40.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+            "original_max_position_embeddings": 4, "beta_fast": 32, "beta_slow": 1,
+            "rope_theta": 10000.0}  # fmt: skip
+    hf = hf_attention(deepseek, 3, rope_parameters=yarn, max_position_embeddings=160)
+    layer = from_hf_sparse(hf)
+    assert layer.scale == pytest.approx(hf.scaling, rel=1e-15)
+    linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    hf = hf_attention(deepseek, 3, rope_parameters=linear)
+    with pytest.raises(ValueError, match=r"rope_type='linear'; from_hf_sparse reads"):
+        from_hf_sparse(hf)
 
 
 # ---- bad input
