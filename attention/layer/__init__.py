@@ -26,6 +26,9 @@
   blocks too).
 - [`attention.layer.latent`][attention.layer.latent]: multi-head latent attention (DeepSeek-V2
   and V3, Kimi K2): keys and values made from one cached latent per token, naive or absorbed.
+- [`attention.layer.sparse_index`][attention.layer.sparse_index]: DeepSeek sparse attention
+  (DeepSeek-V3.2): a lightning indexer chooses each query's top-$k$ keys, a mask that reads
+  them per row, and latent attention over them.
 - [`attention.layer.cache`][attention.layer.cache]: the key/value cache, linear or a ring
   buffer.
 - [`attention.layer.testing`][attention.layer.testing]: how the layer is checked, for its
