@@ -146,7 +146,12 @@ def delta_chunked(
     chunk one triangular solve and matrix products, across chunks the state.
 
     Args:
-        q, k, v, beta, g, state: as [`delta_recurrent`][attention.layer.delta.delta_recurrent]'s.
+        q: queries `(B, H, T, d_k)`.
+        k: keys `(B, H, T, d_k)`.
+        v: values `(B, H, T, d_v)`.
+        beta: write strengths `(B, H, T)`.
+        g: log decays `(B, H, T)`; None: 0, DeltaNet.
+        state: $S$ before these tokens `(B, H, d_k, d_v)`; None: zeros. Not modified.
         chunk_size: tokens per chunk, at least 1.
 
     Returns:

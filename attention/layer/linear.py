@@ -164,7 +164,9 @@ def linear_recurrent(
     $z_t = z_{t-1} + \phi(k_t)$, $o_t = S_t^\top \phi(q_t) / (z_t \cdot \phi(q_t))$.
 
     Args:
-        q, k, v: as [`linear_parallel`][attention.layer.linear.linear_parallel]'s.
+        q: queries `(B, H, T, d_k)`.
+        k: keys `(B, H, T, d_k)`.
+        v: values `(B, H, T, d_v)`.
         feature_map: $\phi$.
         normalize: divide by $z_t \cdot \phi(q_t)$.
         state: the state after the tokens before these (zeros if None); not modified.
@@ -202,7 +204,9 @@ def linear_chunked(
     $z \leftarrow z + K_c^\top \mathbf{1}$. The last chunk may be shorter.
 
     Args:
-        q, k, v: as [`linear_parallel`][attention.layer.linear.linear_parallel]'s.
+        q: queries `(B, H, T, d_k)`.
+        k: keys `(B, H, T, d_k)`.
+        v: values `(B, H, T, d_v)`.
         chunk_size: tokens per chunk, at least 1.
         feature_map: $\phi$.
         normalize: divide by the running $\sum_{s \le t} \phi(q_t) \cdot \phi(k_s)$.
