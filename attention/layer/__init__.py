@@ -26,6 +26,13 @@
   blocks too).
 - [`attention.layer.latent`][attention.layer.latent]: multi-head latent attention (DeepSeek-V2
   and V3, Kimi K2): keys and values made from one cached latent per token, naive or absorbed.
+- [`attention.layer.linear`][attention.layer.linear]: linear attention, $\\exp(q \\cdot k)$
+  replaced by $\\phi(q) \\cdot \\phi(k)$: parallel, recurrent and chunked, one state of
+  fixed size.
+- [`attention.layer.delta`][attention.layer.delta]: the delta rule (DeltaNet) and its decay
+  gate (Gated DeltaNet): recurrent, chunked (the WY/UT form) and parallel.
+- [`attention.layer.gated_delta`][attention.layer.gated_delta]: Qwen3-Next's Gated DeltaNet
+  layer, transformers' weights as they are, and its decode state.
 - [`attention.layer.sparse_index`][attention.layer.sparse_index]: DeepSeek sparse attention
   (DeepSeek-V3.2): a lightning indexer chooses each query's top-$k$ keys, a mask that reads
   them per row, and latent attention over them.

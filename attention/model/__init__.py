@@ -26,4 +26,6 @@
 - [`attention.model.checkpoints`][attention.model.checkpoints]: all of the above by one import.
 - [`attention.model.shapes`][attention.model.shapes]: published models' shapes, for the cache
   and parameter arithmetic.
+- [`attention.model.hybrid_shapes`][attention.model.hybrid_shapes]: published hybrids'
+  shapes (Qwen3-Next: Gated DeltaNet and softmax layers), and what their caches hold.
 """

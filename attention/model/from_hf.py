@@ -38,16 +38,23 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attention.layer import gated_delta
 from attention.model.llama import attention_from_llama
 from attention.model.llama_block import ACTIVATIONS, LlamaModel
 
-__all__ = ["MOE_SETTINGS", "MULTIPLIERS", "from_hf"]
+__all__ = ["MODULES", "MOE_SETTINGS", "MULTIPLIERS", "from_hf"]
+
+MODULES: dict[str, Callable[[nn.Module], nn.Module]] = {
+    "Qwen3NextGatedDeltaNet": gated_delta.from_transformers,
+}
+"""One attention module of a transformers model, by its class's name -> the function that
+returns the package's layer with its weights."""
 
 MOE_SETTINGS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_layers",
                 "moe_intermediate_size", "num_experts_per_tok")  # fmt: skip
@@ -70,25 +77,31 @@ _PLACEMENTS = {  # the decoder layer's norms -> (placement, our name for each)
 }  # fmt: skip
 
 
-def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel:
+def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Module:
     """transformers' `*ForCausalLM` as a [`LlamaModel`][attention.model.llama_block.LlamaModel]
-    with the same weights (copies), in their dtype and on their device, in eval mode.
+    with the same weights (copies), in their dtype and on their device, in eval mode; or one
+    attention module of a transformers model (a class named in `MODULES`, such as Qwen3-Next's
+    `linear_attn`, `Qwen3NextGatedDeltaNet`) as the package's layer with the same weights.
 
     Args:
         hf_model: a Llama-family `*ForCausalLM` (`LlamaForCausalLM`, `Qwen3ForCausalLM`,
             `Gemma3ForCausalLM`, `Olmo2ForCausalLM`, `MistralForCausalLM`,
-            `SmolLM3ForCausalLM`, ...).
-        check: run both models on a probe and refuse the model if their logits differ.
+            `SmolLM3ForCausalLM`, ...), or an attention module of a class in `MODULES`.
+        check: run both models on a probe and refuse the model if their logits differ
+            (whole models only).
 
     Raises:
         TypeError: `hf_model` is not a transformers model with a config.
         ValueError: a setting, module or tensor it does not apply, named; or logits that
             differ on the probe.
     """
+    if type(hf_model).__name__ in MODULES:
+        return MODULES[type(hf_model).__name__](hf_model).eval()
     config = getattr(hf_model, "config", None)
     if not isinstance(hf_model, nn.Module) or not hasattr(config, "to_dict"):
         raise TypeError(
-            f"hf_model must be a transformers *ForCausalLM (a module with a config), got "
+            f"hf_model must be a transformers *ForCausalLM (a module with a config) or an "
+            f"attention module of a class in MODULES ({', '.join(MODULES)}), got "
             f"{type(hf_model).__name__}"
         )
     settings: dict[str, Any] = config.to_dict()  # type: ignore[union-attr]

@@ -170,12 +170,12 @@ def chapters() -> list[str]:
 
 
 def test_chapters_are_numbered_in_the_navs_order_and_each_points_to_the_next() -> None:
-    """Titles `# 1.` to `# 19.` in the nav's order (the book's 16, then those beyond it); a
+    """Titles `# 1.` to `# 20.` in the nav's order (the book's 16, then those beyond it); a
     chapter's "Next:" link goes to the chapter after it (the last to the Performance page);
     its exercise carries its number."""
     pages = chapters()
-    assert pages[0] == "why-attention.md" and len(pages) == 19
-    assert pages[16:] == ["latent.md", "tiles.md", "ring.md"]
+    assert pages[0] == "why-attention.md" and len(pages) == 20
+    assert pages[16:] == ["latent.md", "tiles.md", "ring.md", "beyond-softmax.md"]
     following = [*pages[1:], "performance.md"]
     for number, (page, after) in enumerate(zip(pages, following, strict=True), start=1):
         text = (ROOT / "docs" / page).read_text()
