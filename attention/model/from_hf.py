@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attention.layer import gated_delta
+from attention.layer import gated_delta, sparse_index
 from attention.model.llama import attention_from_llama
 from attention.model.llama_block import ACTIVATIONS, LlamaModel
 
@@ -52,6 +52,7 @@ __all__ = ["MODULES", "MOE_SETTINGS", "MULTIPLIERS", "from_hf"]
 
 MODULES: dict[str, Callable[[nn.Module], nn.Module]] = {
     "Qwen3NextGatedDeltaNet": gated_delta.from_transformers,
+    "DeepseekV32Attention": sparse_index.from_hf_sparse,
 }
 """One attention module of a transformers model, by its class's name -> the function that
 returns the package's layer with its weights."""
@@ -81,7 +82,8 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
     """transformers' `*ForCausalLM` as a [`LlamaModel`][attention.model.llama_block.LlamaModel]
     with the same weights (copies), in their dtype and on their device, in eval mode; or one
     attention module of a transformers model (a class named in `MODULES`, such as Qwen3-Next's
-    `linear_attn`, `Qwen3NextGatedDeltaNet`) as the package's layer with the same weights.
+    `linear_attn`, `Qwen3NextGatedDeltaNet`, or DeepSeek-V3.2's `self_attn`,
+    `DeepseekV32Attention`) as the package's layer with the same weights.
 
     Args:
         hf_model: a Llama-family `*ForCausalLM` (`LlamaForCausalLM`, `Qwen3ForCausalLM`,

@@ -25,6 +25,7 @@ the past is a $d_h \times d_h$ matrix per head, however long the sequence; a sof
 keeps every earlier key and value. Here the layer computes the left-hand (parallel) form.
 
 Examples:
+    >>> import torch
     >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4,
     ...        "n_layers": 4, "drop_rate": 0.0, "qkv_bias": False,
     ...        "layer_types": ["linear_attention"] * 3 + ["full_attention"]}  # Qwen3-Next's 3:1
@@ -40,12 +41,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.checks import check_flag, check_size
 from attention.layer.cache import KVCache
+from attention.layer.linear import linear_parallel
 from attention.model.gpt import FeedForward, GPTModel, LayerNorm
 
 __all__ = ["LAYER_TYPES", "HybridGPTModel", "LinearAttention", "LinearBlock", "layer_types"]
@@ -57,28 +57,6 @@ _NO_CACHE = (
     "a linear-attention layer keeps a (head_dim, head_dim) state per head, not a KVCache, and "
     "the hybrid's cached decoding is not written: run the model on the whole sequence"
 )
-
-
-def _causal_linear_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    r"""Causal linear attention in its parallel form, $\phi = \operatorname{elu} + 1$.
-
-    $o_t = \sum_{s \le t} (\phi(q_t) \cdot \phi(k_s))\, v_s \,/\,
-    \sum_{s \le t} \phi(q_t) \cdot \phi(k_s)$.
-
-    Args:
-        q: queries `(B, H, T, d_k)`.
-        k: keys `(B, H, T, d_k)`.
-        v: values `(B, H, T, d_v)`.
-
-    Returns:
-        `(B, H, T, d_v)`.
-    """
-    # merge: replaced by attention.layer.linear's parallel form
-    phi_q, phi_k = F.elu(q) + 1.0, F.elu(k) + 1.0  # phi(x) > 0: (B, H, T, d_k)
-    num_tokens = q.shape[-2]
-    causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=q.device).tril()
-    a = (phi_q @ phi_k.transpose(-2, -1)).masked_fill(~causal, 0.0)  # A_ts, s <= t: (B, H, T, T)
-    return (a @ v) / a.sum(-1, keepdim=True)  # sum_s A_ts v_s / sum_s A_ts: (B, H, T, d_v)
 
 
 class LinearAttention(nn.Module):
@@ -102,6 +80,7 @@ class LinearAttention(nn.Module):
         ValueError: a size below 1, or `d_out` not a multiple of `num_heads`.
 
     Examples:
+        >>> import torch
         >>> layer = LinearAttention(d_in=8, d_out=8, num_heads=2)
         >>> layer(torch.randn(3, 5, 8)).shape  # (batch, num_tokens, d_out)
         torch.Size([3, 5, 8])
@@ -135,7 +114,7 @@ class LinearAttention(nn.Module):
         q = self.W_query(x).view(heads).transpose(1, 2)  # (b, h, T, d_h)
         k = self.W_key(x).view(heads).transpose(1, 2)  # (b, h, T, d_h)
         v = self.W_value(x).view(heads).transpose(1, 2)  # (b, h, T, d_h)
-        context = _causal_linear_attention(q, k, v)  # (b, h, T, d_h)
+        context = linear_parallel(q, k, v)  # phi = elu + 1, normalised: (b, h, T, d_h)
         assert context.shape == (b, self.num_heads, num_tokens, self.head_dim)
         context = context.transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, T, d_out)
         out: Tensor = self.out_proj(context)

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
+import attention
 from attention.layer.latent import MultiHeadLatentAttention
 from attention.layer.masks import causal
 from attention.layer.sparse_index import (
@@ -261,9 +262,11 @@ def hf_call(hf: Any, x: Tensor, start: int, cache: Any = None) -> tuple[Tensor, 
 @pytest.mark.parametrize("topk", [3, T])
 @pytest.mark.parametrize("absorb", [False, True])
 def test_equals_transformers_prefill(deepseek: ModuleType, topk: int, absorb: bool) -> None:
-    """The same weights choose the same keys and give transformers' outputs."""
+    """The same weights choose the same keys and give transformers' outputs; read by the
+    package's entry point, `attention.from_hf`, which hands the module to `from_hf_sparse`."""
     hf = hf_attention(deepseek, topk)
-    layer = from_hf_sparse(hf)
+    layer = attention.from_hf(hf)
+    assert isinstance(layer, SparseLatentAttention) and not layer.training
     layer.absorb = absorb
     x = inputs()
     assert topk == T or smallest_gap(layer, x) > 1e-3  # float32 ranks as float64 here

@@ -8,12 +8,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.testing import assert_close
 
+from attention.layer.linear import linear_parallel
 from attention.model.gpt import GPTModel, TransformerBlock
 from attention.model.hybrid import (
     HybridGPTModel,
     LinearAttention,
     LinearBlock,
-    _causal_linear_attention,
 )
 
 CFG = {"vocab_size": 40, "context_length": 12, "emb_dim": 16, "n_heads": 4, "n_layers": 4,
@@ -46,12 +46,12 @@ def reference(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     return by_sum, by_state
 
 
-def test_causal_linear_attention_is_its_definition_and_its_recurrence() -> None:
+def test_the_layers_linear_attention_is_its_definition_and_its_recurrence() -> None:
     gen = torch.Generator().manual_seed(0)
     q, k = (torch.randn(2, 3, 7, 5, generator=gen, dtype=torch.float64) for _ in range(2))
     v = torch.randn(2, 3, 7, 4, generator=gen, dtype=torch.float64)  # d_v != d_k
     by_sum, by_state = reference(q, k, v)
-    out = _causal_linear_attention(q, k, v)
+    out = linear_parallel(q, k, v)  # what LinearAttention calls
     assert out.shape == (2, 3, 7, 4)
     assert_close(out, by_sum, atol=1e-10, rtol=0)
     assert_close(out, by_state, atol=1e-10, rtol=0)
