@@ -1,9 +1,10 @@
 """MkDocs hook: what runs where during the build, on a machine with few cores.
 
-- The longest trainings run in two worker processes. Four pages train models while they build
+- The longest trainings run in two worker processes. Five pages train models while they build
   (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer,
-  chapter 15's character model of English, whose heads chapter 16 explores, and chapter 16's
-  induction model): about 30 s on one core, most of the pages' own work. At the
+  chapter 15's character model of English, whose heads chapter 16 explores, chapter 16's
+  induction model, and chapter 20's softmax and linear models on the same task): most of
+  the pages' own work. At the
   start of the build `attention_site.runs.prefetch` starts each in a worker; each page's
   `attention_site.runs.once(...)` call waits for its run instead of doing it again, and gets what
   the same call computes in-process (the runs are seeded and train on one thread). A run
@@ -44,6 +45,7 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
     from attention.lab.copy_task import run_experiment
     from attention.lab.english import train_english
     from attention.lab.heads import train_induction
+    from attention.lab.recall import compare_recall
     from attention.lab.seq2seq import transformer_experiment
 
     return {
@@ -58,6 +60,7 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
             (train_induction, {"seed": 0, "context_length": 64}),
             (train_english, {"seed": 0}),
         ],
+        "beyond-softmax.md": [(compare_recall, {"seed": 0})],
     }
 
 
