@@ -4,12 +4,14 @@ and the layer equal to transformers' `Qwen3NextGatedDeltaNet`.
 
 transformers computes the delta rule and the gated RMSNorm in float32 whatever the input's
 dtype (`torch_chunk_gated_delta_rule` casts q, k, v, beta and g to float32, and so does
-`Qwen3NextRMSNormGated`, and `A_log.float()` the decay): against it the comparison is at
-float32's precision, 1e-5; everything of ours against ours is float64 at 1e-10.
+`Qwen3NextRMSNormGated`, and `A_log.float()` the decay): as it runs, the comparison is at
+float32's precision, 1e-5; with those casts pointed at float64 (`tests.float64`), both
+evaluate the same formulas in float64 and agree to 1e-10.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from types import ModuleType
 from typing import Any
@@ -22,6 +24,7 @@ from torch.testing import assert_close
 import attention
 from attention.layer.delta import delta_chunked, delta_parallel, delta_recurrent
 from attention.layer.gated_delta import GatedDeltaNet, GatedDeltaState
+from tests.float64 import float64_casts
 
 EXACT = {"atol": 1e-10, "rtol": 0.0}
 FLOAT32 = {"atol": 1e-5, "rtol": 1e-5}  # transformers computes in float32
@@ -164,7 +167,8 @@ def tiny_qwen3_next(transformers: ModuleType) -> tuple[Any, nn.Module]:
 
 
 @pytest.mark.heavy(seconds=30)
-def test_equal_to_transformers_prefill_and_decode() -> None:
+@pytest.mark.parametrize("in_float64", [False, True])
+def test_equal_to_transformers_prefill_and_decode(in_float64: bool) -> None:
     transformers = pytest.importorskip("transformers", minversion="5.24")
     # no flash-linear-attention, no causal-conv1d: transformers runs its torch fallbacks
     assert (
@@ -175,14 +179,16 @@ def test_equal_to_transformers_prefill_and_decode() -> None:
     ours = attention.from_hf(theirs)
     assert isinstance(ours, GatedDeltaNet)
     x = hidden(11)
-    with torch.no_grad():
-        assert_close(ours(x), theirs(x), **FLOAT32)
+    tol = EXACT if in_float64 else FLOAT32
+    casts = float64_casts(tensor_float=True) if in_float64 else contextlib.nullcontext()
+    with torch.no_grad(), casts:
+        assert_close(ours(x), theirs(x), **tol)
         cache, state = transformers.DynamicCache(config=config), ours.init_state(B)
-        assert_close(ours(x[:, :5], state=state), theirs(x[:, :5], cache=cache), **FLOAT32)
+        assert_close(ours(x[:, :5], state=state), theirs(x[:, :5], cache=cache), **tol)
         for t in range(5, 11):
             step = x[:, t : t + 1]
-            assert_close(ours(step, state=state), theirs(step, cache=cache), **FLOAT32)
-    assert_close(state.recurrent, cache.layers[0].recurrent_states[0].to(torch.float64), **FLOAT32)
+            assert_close(ours(step, state=state), theirs(step, cache=cache), **tol)
+    assert_close(state.recurrent, cache.layers[0].recurrent_states[0].to(torch.float64), **tol)
 
 
 def test_from_hf_refuses_an_unknown_module_by_name() -> None:

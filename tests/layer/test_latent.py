@@ -22,6 +22,7 @@ from attention.layer.masks import causal, documents, window
 from attention.layer.score_mods import ScoreMod
 from attention.layer.softcap import softcap
 from attention.layer.testing import padding_mask
+from tests.float64 import hf_rope_angles
 
 D_IN, H, R, D_N, D_R, D_V, T = 32, 4, 8, 6, 4, 5, 9
 EXACT = {"atol": 1e-10, "rtol": 0.0}
@@ -207,11 +208,8 @@ def hf_attention(module: ModuleType, q_lora_rank: int | None, **settings: Any) -
 
 
 def angles(positions: Tensor, base: float) -> tuple[Tensor, Tensor]:
-    """RoPE's (cos, sin) as transformers lays them out, `cat(freqs, freqs)`, in float64."""
-    inv_freq = 1.0 / base ** (torch.arange(0, D_R, 2, dtype=torch.float64) / D_R)
-    freqs = positions[..., None].double() * inv_freq  # (b, T, d_R / 2)
-    full = torch.cat((freqs, freqs), dim=-1)
-    return full.cos(), full.sin()
+    """RoPE's (cos, sin) as transformers lays them out, in float64."""
+    return hf_rope_angles(positions, base, D_R)
 
 
 def from_hf(hf: Any, **options: Any) -> MultiHeadLatentAttention:

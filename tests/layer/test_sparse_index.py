@@ -33,6 +33,7 @@ from attention.layer.sparse_index import (
     topk_mask,
 )
 from attention.layer.tokens import Tokens
+from tests.float64 import hf_rope_angles
 
 D_IN, H, R, D_N, D_R, D_V, Q_LORA, H_I, D_I, T = 32, 4, 8, 6, 4, 5, 12, 3, 8, 9
 EXACT = {"atol": 1e-10, "rtol": 0.0}
@@ -232,11 +233,8 @@ def hf_attention(module: ModuleType, topk: int, **settings: Any) -> Any:
 
 
 def angles(positions: Tensor, base: float) -> tuple[Tensor, Tensor]:
-    """RoPE's (cos, sin) as transformers lays them out, `cat(freqs, freqs)`, in float64."""
-    inv_freq = 1.0 / base ** (torch.arange(0, D_R, 2, dtype=torch.float64) / D_R)
-    freqs = positions[..., None].double() * inv_freq  # (b, T, d_R / 2)
-    full = torch.cat((freqs, freqs), dim=-1)
-    return full.cos(), full.sin()
+    """RoPE's (cos, sin) as transformers lays them out, in float64."""
+    return hf_rope_angles(positions, base, D_R)
 
 
 def hf_call(hf: Any, x: Tensor, start: int, cache: Any = None) -> tuple[Tensor, Tensor]:
