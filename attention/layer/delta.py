@@ -11,9 +11,9 @@ the rows, as transformers stores it; the papers write its transpose):
 
 $$
 \begin{aligned}
-S_t &= \alpha_t \bigl(I - \beta_t k_t k_t^\top\bigr) S_{t-1} + \beta_t k_t v_t^\top
-     = \alpha_t S_{t-1} + k_t \delta_t^\top,
-\quad \delta_t = \beta_t \bigl(v_t - \alpha_t S_{t-1}^\top k_t\bigr), \\
+S_t &= \alpha_t \bigl(I - \beta_t k_t k_t^\top\bigr) S_{t-1} + \beta_t k_t v_t^\top \\
+    &= \alpha_t S_{t-1} + k_t \delta_t^\top, \\
+\delta_t &= \beta_t \bigl(v_t - \alpha_t S_{t-1}^\top k_t\bigr), \\
 o_t &= S_t^\top q_t.
 \end{aligned}
 $$

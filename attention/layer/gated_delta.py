@@ -6,16 +6,22 @@ $d_k$ and $H_v$ value heads of width $d_v$ ($H_v$ a multiple of $H_k$):
 
 $$
 \begin{aligned}
-[q; k; v; z] &= W_{qkvz}\, x_t, \qquad [b; a] = W_{ba}\, x_t, \\
-[q; k; v] &\leftarrow \operatorname{SiLU}\bigl(\textstyle\sum_{j=0}^{K-1} w_j \odot
-  [q; k; v]_{t-K+1+j}\bigr) \quad \text{(depthwise, causal, kernel } K\text{)}, \\
-q &\leftarrow \frac{q}{\lVert q \rVert \sqrt{d_k}}, \qquad k \leftarrow \frac{k}{\lVert k \rVert}
-  \quad \text{(per head; then each repeated to its } H_v / H_k \text{ value heads)}, \\
-\beta_t &= \sigma(b), \qquad g_t = -e^{A_{\log}} \operatorname{softplus}(a + \Delta_{\text{bias}}), \\
+[q; k; v; z] &= W_{qkvz}\, x_t, \\
+[b; a] &= W_{ba}\, x_t, \\
+c_t &= \textstyle\sum_{j=0}^{K-1} w_j \odot [q; k; v]_{t-K+1+j}, \\
+[q; k; v] &\leftarrow \operatorname{SiLU}(c_t), \\
+q &\leftarrow \frac{q}{\lVert q \rVert \sqrt{d_k}}, \\
+k &\leftarrow \frac{k}{\lVert k \rVert}, \\
+\beta_t &= \sigma(b), \\
+g_t &= -e^{A_{\log}} \operatorname{softplus}(a + \Delta_{\text{bias}}), \\
 o_t &= \text{the gated delta rule } (S_t^\top q_t), \\
-y_t &= W_{\text{out}}\bigl[\operatorname{RMSNorm}(o_t) \odot w \odot \operatorname{SiLU}(z)\bigr].
+\tilde o_t &= \operatorname{RMSNorm}(o_t) \odot w \odot \operatorname{SiLU}(z), \\
+y_t &= W_{\text{out}}\, \tilde o_t.
 \end{aligned}
 $$
+
+The convolution $c_t$ is depthwise and causal, with a kernel of $K$ inputs; $q$ and $k$ are
+normalised per head, then each repeated to its $H_v / H_k$ value heads.
 
 Parameter names and layouts are transformers' `Qwen3NextGatedDeltaNet`'s (`in_proj_qkvz`
 and `in_proj_ba` interleaved per key head, `conv1d`, `dt_bias`, `A_log`, `norm.weight`,

@@ -7,11 +7,13 @@ $\phi(x) = \operatorname{elu}(x) + 1 > 0$ (Katharopoulos et al., 2020), and the 
 reassociates:
 
 $$
-o_t = \frac{\sum_{s \le t} \bigl(\phi(q_t) \cdot \phi(k_s)\bigr)\, v_s}
-           {\sum_{s \le t} \phi(q_t) \cdot \phi(k_s)}
-    = \frac{S_t^\top \phi(q_t)}{z_t \cdot \phi(q_t)},
-\qquad
-S_t = S_{t-1} + \phi(k_t)\, v_t^\top, \quad z_t = z_{t-1} + \phi(k_t),
+\begin{aligned}
+o_t &= \frac{\sum_{s \le t} \bigl(\phi(q_t) \cdot \phi(k_s)\bigr)\, v_s}
+            {\sum_{s \le t} \phi(q_t) \cdot \phi(k_s)} \\
+    &= \frac{S_t^\top \phi(q_t)}{z_t \cdot \phi(q_t)}, \\
+S_t &= S_{t-1} + \phi(k_t)\, v_t^\top, \\
+z_t &= z_{t-1} + \phi(k_t),
+\end{aligned}
 $$
 
 with $S_t \in \mathbb{R}^{d_k \times d_v}$ and $z_t \in \mathbb{R}^{d_k}$: everything a query

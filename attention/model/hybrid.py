@@ -13,11 +13,13 @@ the softmax's $\exp(q_t \cdot k_s / \sqrt{d_h})$ by $\phi(q_t) \cdot \phi(k_s)$,
 feature map $\phi(x) = \operatorname{elu}(x) + 1 > 0$ (Katharopoulos et al., 2020):
 
 $$
-o_t = \frac{\sum_{s \le t} \left(\phi(q_t) \cdot \phi(k_s)\right) v_s}
-           {\sum_{s \le t} \phi(q_t) \cdot \phi(k_s)}
-    = \frac{\phi(q_t)^\top S_t}{\phi(q_t)^\top z_t}, \qquad
-S_t = \sum_{s \le t} \phi(k_s)\, v_s^\top \in \mathbb{R}^{d_h \times d_h}, \quad
-z_t = \sum_{s \le t} \phi(k_s) .
+\begin{aligned}
+o_t &= \frac{\sum_{s \le t} \left(\phi(q_t) \cdot \phi(k_s)\right) v_s}
+            {\sum_{s \le t} \phi(q_t) \cdot \phi(k_s)}
+     = \frac{\phi(q_t)^\top S_t}{\phi(q_t)^\top z_t}, \\
+S_t &= \sum_{s \le t} \phi(k_s)\, v_s^\top \in \mathbb{R}^{d_h \times d_h}, \\
+z_t &= \sum_{s \le t} \phi(k_s) .
+\end{aligned}
 $$
 
 The right-hand form is a recurrence over a state $S_t$ of fixed size: what the layer knows of
