@@ -370,9 +370,12 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         cache: KVCache | None,
         angles: tuple[Tensor, Tensor] | None,
         need_weights: bool,
+        mask: Mask | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """After the checks: project, rotate, `cache.update`, then naive or absorbed."""
+        """After the checks: project, rotate, `cache.update`, then naive or absorbed, under
+        the layer's mask or, for this call, `mask` (DeepSeek-V3.2's chosen keys)."""
         spec = self._spec
+        rule = spec.mask if mask is None else mask
         if self._unprobed and not torch.compiler.is_compiling():
             probe(spec.mask, spec.score_mods, self.num_heads, x)
             self._unprobed = False
@@ -384,11 +387,11 @@ class MultiHeadLatentAttention(Specified, nn.Module):
             if not own:  # (b, 1, S, d_R), (b, 1, S, r), and their positions
                 k_rope, latent, k = stored_k_rope, stored_latent, stored
         options = self._new_options(self.dropout.p if self.training else 0.0)
-        chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights)
+        chosen = plan_call(rule, q, k, options, own=own, need_weights=need_weights)
         self._trace[0] = chosen
         form = self._absorbed if self.absorb else self._naive
         queries_, keys, values = form(q_nope, q_rope, latent, k_rope)
-        context_vec, weights = run(chosen, queries_, keys, values, self.rule, q, k, options)
+        context_vec, weights = run(chosen, queries_, keys, values, rule, q, k, options)
         if self.absorb:  # W_UV sum_s a_s c_s = sum_s a_s W_UV c_s: (b, h, T, r) -> (b, h, T, d_V)
             context_vec = torch.einsum("bhtr,hvr->bhtv", context_vec, self.up_projections()[1])
         # merge heads: (b, h, T, d_V) -> (b, T, h d_V)

@@ -351,8 +351,10 @@ class SparseLatentAttention(MultiHeadLatentAttention):
 
     def _attend(self, x: Tensor, q: Tokens, cache: KVCache | None,
                 angles: tuple[Tensor, Tensor] | None,
-                need_weights: bool) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-        """Choose the keys, then latent attention under `causal() & topk_mask(chosen)`."""
+                need_weights: bool,
+                mask: Mask | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """Choose the keys, then latent attention under the layer's mask (`causal()`, or
+        `mask`) `& topk_mask(chosen)`."""
         if q.start is None or (cache is not None and not isinstance(cache, IndexedCache)):
             got = "them" if cache is None else f"a {type(cache).__name__}"
             raise ValueError(
@@ -361,12 +363,8 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             )
         chosen = self.choose(x, q, cache, angles)
         self.last_chosen = chosen
-        base = self._spec
-        self.spec = base.replace(mask=base.mask & topk_mask(chosen, q.start))
-        try:
-            return super()._attend(x, q, cache, angles, need_weights)
-        finally:
-            self.spec = base
+        rule = (self._spec.mask if mask is None else mask) & topk_mask(chosen, q.start)
+        return super()._attend(x, q, cache, angles, need_weights, rule)  # for this call only
 
     def extra_repr(self) -> str:
         index = (f"index_topk={self.index_topk}, index_n_heads={self.indexer.n_heads}, "
