@@ -63,27 +63,28 @@ def test_every_combination_equals_the_reference(
     ).double()  # fmt: skip
     x = torch.randn(B, T, D_IN, dtype=torch.float64)
     padding = layout(kind)
-    expected = reference(mha, x, padding)
-    for need_weights in (False, True):
-        mha.zero_grad()
-        xi = x.clone().requires_grad_(True)
-        out = mha(xi, padding, need_weights=True)[0] if need_weights else mha(xi, padding)
+    expected, expected_grads = value_and_grads(lambda xi: reference(mha, xi, padding), mha, x)
+    fused, explicit = (
+        (lambda xi: mha(xi, padding)),
+        (lambda xi: mha(xi, padding, need_weights=True)[0]),
+    )
+    for forward in (fused, explicit):
+        out, grads = value_and_grads(forward, mha, x)
         assert_close(out, expected, atol=1e-10, rtol=0)
-        # and the gradients: of the input, and of every parameter
-        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
-        grads = [xi.grad, *(p.grad for p in mha.parameters())]
-        ref_mha = mha
-        xr = x.clone().requires_grad_(True)
-        for p in ref_mha.parameters():
-            p.grad = None
-        (
-            reference(ref_mha, xr, padding) * torch.linspace(-1, 1, out.numel()).view_as(out)
-        ).sum().backward()
-        for got, want in zip(
-            grads, [xr.grad, *(p.grad for p in ref_mha.parameters())], strict=True
-        ):
-            assert got is not None and want is not None
+        for got, want in zip(grads, expected_grads, strict=True):  # the input's, every weight's
             assert_close(got, want, atol=1e-10, rtol=0)
+
+
+def value_and_grads(
+    forward: Callable[[torch.Tensor], torch.Tensor], mha: MultiHeadAttention, x: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """`forward(x)`, and the gradients of a fixed weighted sum of it: of `x`, then of each of
+    `mha`'s parameters."""
+    xi = x.clone().requires_grad_(True)
+    out = forward(xi)
+    weighted = (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum()
+    grads = torch.autograd.grad(weighted, [xi, *mha.parameters()])
+    return out.detach(), list(grads)
 
 
 def test_rope_scores_depend_only_on_the_offset() -> None:
