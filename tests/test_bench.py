@@ -111,7 +111,7 @@ def test_forced_sdpa_backend_computes_the_same(backend: str) -> None:
     torch.testing.assert_close(forced, default, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 def test_quick_run_writes_complete_results(tmp_path: Path) -> None:
     out = main(["--quick", "--no-compile", "--out", str(tmp_path / "r.json")])
     results = json.loads(out.read_text())
@@ -200,6 +200,7 @@ def test_cuda_without_cuda_fails_clearly() -> None:
         main(["--device", "cuda", "--quick"])
 
 
+@pytest.mark.slow(seconds=5)
 def test_report_draws_every_table_and_figure_from_a_quick_run(tmp_path: Path) -> None:
     out = main(["--quick", "--no-compile", "--out", str(tmp_path / "r.json")])
     res = json.loads(out.read_text())

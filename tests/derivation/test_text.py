@@ -115,6 +115,7 @@ def test_encoding_is_cached() -> None:
     assert gpt2_encoding() is gpt2_encoding()
 
 
+@pytest.mark.slow(seconds=3)
 def test_import_attention_does_not_build_the_encoding() -> None:
     code = (
         "import sys, attention, attention.derivation.text as t; "

@@ -122,6 +122,7 @@ def test_word_start_score_reads_the_last_space() -> None:
         word_start_score(weights, idx[:, :4], space=0)
 
 
+@pytest.mark.slow(seconds=2)
 def test_training_is_seeded_and_logged() -> None:
     first, again = train_english(**TINY), train_english(**TINY)
     assert first.steps == [0, 3, 6]
@@ -135,6 +136,7 @@ def test_training_is_seeded_and_logged() -> None:
     assert abs(first.train_loss[0] - math.log(len(first.chars))) < 0.5  # an untrained guess
 
 
+@pytest.mark.slow(seconds=1)
 def test_losses_on_the_logged_windows_are_the_logged_losses() -> None:
     run = train_english(**TINY)
     train, held = run.losses(PROBE_WINDOWS)
@@ -162,6 +164,7 @@ def test_bad_arguments_are_named(kwargs: dict[str, object], error: type, match: 
         train_english(**{**TINY, **kwargs})  # type: ignore[arg-type]
 
 
+@pytest.mark.slow(seconds=1)
 def test_a_diverging_training_says_so() -> None:
     with pytest.raises(FloatingPointError, match="diverged"):
         train_english(**{**TINY, "lr": 1e30})

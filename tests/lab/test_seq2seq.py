@@ -125,6 +125,7 @@ def test_training_beats_chance(one_thread: None) -> None:
     assert not model.training
 
 
+@pytest.mark.slow(seconds=2)
 def test_experiment_is_seeded_and_aligned(one_thread: None) -> None:
     first = transformer_experiment(0, steps=40, d_model=16)
     again = transformer_experiment(0, steps=40, d_model=16)  # trains again, the same way

@@ -52,6 +52,7 @@ def train(seed: int, num_heads: int = 2) -> tuple[TinyAttentionModel, float]:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.slow(seconds=1)
 def test_training_splits_the_work_between_the_heads(seed: int) -> None:
     model, loss = train(seed)
     fresh, _ = previous_and_first(256, T, V, generator=torch.Generator().manual_seed(1))

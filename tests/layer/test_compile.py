@@ -32,6 +32,7 @@ def test_compiled_module_matches_eager(device: torch.device) -> None:
 
 
 @pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.slow(seconds=1)
 def test_export_with_a_dynamic_token_count(padded: bool) -> None:
     """One exported program serves every length up to context_length, with or without a
     padding mask of any layout."""

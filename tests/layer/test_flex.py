@@ -116,6 +116,7 @@ def test_every_combination_on_flex_equals_the_definition(
 
 
 @pytest.mark.parametrize("rule", [causal() & window(3), causal() & (window(2) | sinks(1))])
+@pytest.mark.slow(seconds=2)
 def test_flex_takes_windows_sinks_logits_and_grouped_heads(rule: Mask) -> None:
     torch.manual_seed(0)
     mha = MultiHeadAttention(D_IN, 16, 32, 0.0, num_heads=4, num_kv_heads=2, rope=True,
@@ -130,6 +131,7 @@ def test_flex_takes_windows_sinks_logits_and_grouped_heads(rule: Mask) -> None:
     assert_close(got, expected, atol=ATOL, rtol=0)
 
 
+@pytest.mark.slow(seconds=1)
 def test_a_query_that_sees_nothing_gets_zeros_on_flex() -> None:
     q, k, v = torch.randn(3, 1, 2, 4, 8, dtype=torch.float64).unbind(0)
     cpu, docs = torch.device("cpu"), torch.tensor([[0, 0, 1, 1]])

@@ -97,6 +97,7 @@ def run_in_chunks(mha: MultiHeadAttention, x: torch.Tensor, pad: torch.Tensor | 
     docs=st.booleans(),
     sizes=st.sampled_from([[T], [3, 4], [1] * T, [5, 1, 1]]),
 )
+@pytest.mark.slow(seconds=6)
 def test_every_combination_equals_the_definition(
     mask: str, mods: str, kv: int, rope: bool, pad: str, docs: bool, sizes: list[int]
 ) -> None:

@@ -3,9 +3,10 @@
 The layer's mask, score modifiers, RoPE, cache and kernel read one `int64` position per token
 (`attention.layer.tokens`). These tests give positions other than `0 .. T - 1` (an offset,
 gaps, repeats, any order) and hold every path to the float64 reference evaluated at those
-positions: fused, explicit, FlexAttention (unfused here in float64; compiled, in the heavy
-group), cached in chunks and static steps. Then: the kernel calls a forward makes are the ones
-its plan names, for every case of the mask-combination test.
+positions: fused, explicit, cached in chunks and static steps, and FlexAttention (unfused here
+in float64, in the `slow` group since each call takes about half a second on the CPU; compiled,
+in the `heavy` group). Then: the kernel calls a forward makes are the ones its plan names, for
+every case of the mask-combination test.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def takes_a_cache(mha: MultiHeadAttention) -> bool:
     return mha.rule.bounds.prefix == 0
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+PROBES = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROBE = given(
     mask=st.sampled_from(sorted(MASKS)),
     mods=st.sampled_from(sorted(MODS)),
     kv=st.sampled_from([4, 2]),
@@ -56,22 +57,44 @@ def takes_a_cache(mha: MultiHeadAttention) -> bool:
     kind=st.sampled_from(KINDS),
     offset=st.integers(0, 70_000),
 )
-def test_every_path_reads_the_positions_it_is_given(
+"""A layer of the mask-combination test and positions of one kind: what both tests draw."""
+
+
+def probe(
     mask: str, mods: str, kv: int, rope: bool, kind: str, offset: int
-) -> None:
+) -> tuple[MultiHeadAttention, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The layer, its input, the positions and the float64 reference at those positions."""
     mha = layer(MASKS[mask](), MODS[mods](), kv, rope)
     x = torch.randn(B, T, D_IN, dtype=torch.float64)
     pos = positions(kind, offset)
-    expected = reference_attention(mha, x, positions=pos)
+    return mha, x, pos, reference_attention(mha, x, positions=pos)
+
+
+@PROBES
+@PROBE
+def test_every_path_reads_the_positions_it_is_given(
+    mask: str, mods: str, kv: int, rope: bool, kind: str, offset: int
+) -> None:
+    """Fused, explicit, cached in chunks and static steps (FlexAttention: the next test)."""
+    mha, x, pos, expected = probe(mask, mods, kv, rope, kind, offset)
     with torch.no_grad():
         assert_close(mha(x, positions=pos), expected, atol=ATOL, rtol=0)
         explicit, _ = mha(x, positions=pos, need_weights=True)
         assert_close(explicit, expected, atol=ATOL, rtol=0)
-        with flex_on_cpu() as calls:
-            assert_close(mha(x, positions=pos), expected, atol=ATOL, rtol=0)
-        assert calls or mha.last_plan is None or mha.last_plan.kind != "flex"
         if takes_a_cache(mha) and kind in ("offset", "gaps"):  # each row's positions grow
             assert_close(cached(mha, x, pos), expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.slow(seconds=15)  # FlexAttention unfused on the CPU: about 0.5 s a call
+@PROBES
+@PROBE
+def test_flexattention_reads_the_positions_it_is_given(
+    mask: str, mods: str, kv: int, rope: bool, kind: str, offset: int
+) -> None:
+    mha, x, pos, expected = probe(mask, mods, kv, rope, kind, offset)
+    with torch.no_grad(), flex_on_cpu() as calls:
+        assert_close(mha(x, positions=pos), expected, atol=ATOL, rtol=0)
+    assert calls or mha.last_plan is None or mha.last_plan.kind != "flex"
 
 
 def cached(mha: MultiHeadAttention, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -129,10 +152,14 @@ def expected_calls(mha: MultiHeadAttention, num_tokens: int) -> tuple[int, int]:
 
 
 CASES = [
-    (mask, mods, PADDING[(i + j) % len(PADDING)], bool((i + j) % 2))
+    pytest.param(
+        mask, mods, PADDING[(i + j) % len(PADDING)], on_flex,
+        marks=[pytest.mark.slow(seconds=2)] if on_flex else [],  # unfused FlexAttention
+    )
     for i, mask in enumerate(sorted(MASKS))
     for j, mods in enumerate(sorted(MODS))
-]
+    for on_flex in [bool((i + j) % 2)]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("mask", "mods", "pad", "on_flex"), CASES)

@@ -45,6 +45,7 @@ def own_part(out: torch.Tensor, row: int, length: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cached", "uncached"])
 @pytest.mark.parametrize("extra", VARIANTS.values(), ids=VARIANTS.keys())
+@pytest.mark.slow(seconds=2)
 def test_a_padded_batch_writes_what_each_prompt_writes_alone(
     extra: dict[str, Any], use_cache: bool
 ) -> None:

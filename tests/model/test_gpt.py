@@ -36,6 +36,7 @@ def book_model() -> GPTModel:
     return GPTModel(GPT_CONFIG_124M)
 
 
+@pytest.mark.slow(seconds=3)
 def test_the_books_seeded_124m_model_prints_the_books_numbers(book_model: GPTModel) -> None:
     assert sum(p.numel() for p in book_model.parameters()) == 163_009_536
     with torch.no_grad():  # as in the book: fresh from the constructor, dropout on
@@ -47,6 +48,7 @@ def test_the_books_seeded_124m_model_prints_the_books_numbers(book_model: GPTMod
     assert_close(out[:, 3, -2:], BOOK_LOGITS_LAST, atol=6e-5, rtol=0)
 
 
+@pytest.mark.slow(seconds=3)
 def test_greedy_generation_reproduces_the_book_with_and_without_the_cache(
     book_model: GPTModel,
 ) -> None:
@@ -229,6 +231,7 @@ def test_generation_argument_errors() -> None:
 @pytest.mark.parametrize(
     "cfg_extra", [{}, {"rope_base": 10000.0, "window": 4, "n_kv_heads": 2, "sinks": 1}]
 )
+@pytest.mark.slow(seconds=3)
 def test_a_decode_step_compiles_to_one_graph(cfg_extra: dict[str, object]) -> None:
     """No graph break (no host synchronisation, no data-dependent Python branch) in a decode
     step: `fullgraph=True` refuses any. The compiled step equals the eager one."""

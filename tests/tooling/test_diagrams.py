@@ -305,6 +305,7 @@ def test_diagrams_that_run_a_module_leave_the_random_state_alone() -> None:
 
 
 @pytest.mark.parametrize(("name", "make"), list(every_diagram().items()), ids=list(every_diagram()))
+@pytest.mark.slow(seconds=2)
 def test_svg_is_valid_legible_and_fits_a_phone(name: str, make: Callable[[], Figure]) -> None:
     fig = make()
     title = fig.axes[0].get_title()

@@ -29,6 +29,7 @@ def texts(out: str) -> list[str]:
     return ["".join(t.itertext()) for t in root.iter(f"{SVG_NS}text")]
 
 
+@pytest.mark.slow(seconds=3)
 def test_import_attention_does_not_import_matplotlib() -> None:
     code = "import sys, attention, attention_site.plot; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -197,6 +198,7 @@ def test_heatmap_marks_cells_apart_from_masked_ones() -> None:
         heatmap(weights, ["a", "b"], marked=torch.ones(2, 3, dtype=torch.bool))
 
 
+@pytest.mark.slow(seconds=2)
 def test_a_large_heatmap_is_one_image_masked_cells_grey_and_small() -> None:
     scores = torch.rand(32, 32).masked_fill(torch.ones(32, 32).triu(1).bool(), float("-inf"))
     positions = [str(t) for t in range(32)]
@@ -276,6 +278,7 @@ def test_bars_write_whole_numbers_whole() -> None:
     assert {"36", "512"} <= set(labels) and "512.00" not in labels
 
 
+@pytest.mark.slow(seconds=2)
 def test_heatmap_values_are_sized_to_the_cell_and_marked_where_a_phone_shrinks_them() -> None:
     """Cells of 0.62 inch carry 12 pt values, shown on a phone; a 16 x 16 figure is wider than
     a phone shows unscaled, so its values are grouped as `attn-value-small` (hidden there by

@@ -26,6 +26,7 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "runs"
 
 
+@pytest.mark.slow(seconds=1)
 def test_the_key_changes_with_the_code_the_training_imports(tmp_path: Path) -> None:
     shutil.copytree(stored.PACKAGE, tmp_path / "attention")
     before, outside = sources("attention.lab.heads", tmp_path)
@@ -78,6 +79,7 @@ def test_a_stored_run_equals_a_fresh_one(folder: Path) -> None:
     assert len(list(folder.iterdir())) == 2 and other.loss_repeated != first.loss_repeated
 
 
+@pytest.mark.slow(seconds=1)
 def test_a_file_that_is_not_this_runs_is_trained_again(folder: Path) -> None:
     first = stored.stored(train_induction, **TINY)
     path = location(train_induction, TINY)

@@ -147,6 +147,7 @@ def test_transformer_block_keeps_the_books_shape() -> None:
     assert counts == {"att": 4 * 768 * 768 + 768, "ff": 4_722_432}
 
 
+@pytest.mark.slow(seconds=3)
 def test_the_books_model_its_parameters_and_its_logits(book_model: GPTModel) -> None:
     total = sum(p.numel() for p in book_model.parameters())
     assert total == BOOK_PARAMS
@@ -162,6 +163,7 @@ def test_the_books_model_its_parameters_and_its_logits(book_model: GPTModel) -> 
     assert_close(logits[:, 0, :3], BOOK_LOGITS_FIRST, atol=PRINTED, rtol=0)
 
 
+@pytest.mark.slow(seconds=2)
 def test_the_residual_stream_is_the_embeddings_plus_every_branchs_write(
     book_model: GPTModel,
 ) -> None:
