@@ -37,13 +37,15 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
-from attention_site.stored import location, storable, stored
+from attention_site.stored import location, read_back, storable, stored
 
-__all__ = ["once", "prefetch", "waiting"]
+__all__ = ["from_disk", "once", "prefetch", "waiting"]
 
 R = TypeVar("R")
 _runs: dict[tuple[Any, ...], Any] = {}  # _key(function, arguments) -> result, or its Future
 _ON_DISK = object()  # in _runs: stored on disk already, read by the first `once` call
+_disk: set[tuple[Any, ...]] = set()  # the keys whose result was read from disk
+_shown: list[str] = []  # what `once` returned from disk since the last from_disk()
 
 
 def _key(function: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -81,7 +83,12 @@ def once(function: Callable[..., R], /, **kwargs: Any) -> R:
     """
     key = _key(function, kwargs)
     if key not in _runs or _runs[key] is _ON_DISK:
+        read_back()
         _runs[key] = _run(function, kwargs)
+        if read_back():
+            _disk.add(key)
+    if key in _disk:
+        _shown.append(f"{function.__module__}.{function.__qualname__}")
     result = _runs[key]
     if isinstance(result, Future):
         try:
@@ -119,6 +126,15 @@ def prefetch(executor: Executor, function: Callable[..., Any], /, **kwargs: Any)
         _runs[key] = _ON_DISK
     else:
         _runs[key] = executor.submit(_pickled, function, kwargs)
+
+
+def from_disk() -> list[str]:
+    """The functions (`module.name`) whose results [`once`][attention_site.runs.once] returned
+    from runs stored on disk by an earlier process, since the last call, each once: what the
+    page that called `once` shows but this build did not compute (its footer says so)."""
+    names = list(dict.fromkeys(_shown))
+    _shown.clear()
+    return names
 
 
 def waiting() -> list[str]:

@@ -56,7 +56,11 @@ import torch
 
 import attention
 
-__all__ = ["digest", "folder", "ingredients", "location", "sources", "storable", "stored"]
+__all__ = [
+    "digest", "folder", "ingredients", "location", "read_back", "sources", "storable", "stored",
+]  # fmt: skip
+
+_read: list[str] = []  # the functions whose stored runs this process read, since read_back()
 
 R = TypeVar("R")
 PACKAGE = Path(attention.__file__).resolve().parent
@@ -257,12 +261,28 @@ def stored(function: Callable[..., R], /, **kwargs: Any) -> R:
         with path.open("rb") as f:
             found, result = pickle.load(f)
         if found == wanted:
+            _read.append(wanted["function"])
             return result  # type: ignore[no-any-return]
     except (FileNotFoundError, EOFError, pickle.UnpicklingError, ValueError):
         pass  # not stored yet, or not whole: run it
     result = function(**kwargs)
     _write(path, (wanted, result))
     return result
+
+
+def read_back() -> list[str]:
+    """The functions (`module.name`) whose runs [`stored`][attention_site.stored.stored] read
+    from disk in this process since the last call, in order, instead of running them: the
+    site's footer names them on the page that showed them.
+
+    Examples:
+        >>> _ = read_back()  # start afresh
+        >>> read_back()
+        []
+    """
+    names = list(dict.fromkeys(_read))
+    _read.clear()
+    return names
 
 
 def _write(path: Path, value: object) -> None:

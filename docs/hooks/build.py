@@ -85,6 +85,21 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     return config
 
 
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Note on the page the trainings its blocks read from disk (`attention_site.stored`)
+    instead of computing them in this build: its footer names them."""
+    from attention_site.runs import from_disk
+
+    read = from_disk()
+    if read and "stored" not in page.meta:
+        names = ", ".join(f"<code>{name.rsplit('.', 1)[-1]}</code>" for name in read)
+        page.meta["stored"] = (
+            f"the trainings {names}, read from the runs stored by an earlier build or test run "
+            "of the same code, data and versions (<code>attention_site.stored</code>)"
+        )
+    return html
+
+
 def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
     stored = page.meta.get("stored")
     if stored:  # the page names what it did not compute: a stamp of its own

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -76,6 +77,24 @@ def test_build_stamp_names_versions_and_devices(
         assert "on <code>meta</code> (Python" in hooks.build_stamp()
     finally:
         torch.set_default_device(None)
+
+
+def test_a_page_that_read_a_stored_training_says_so_in_its_footer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from attention_site import runs
+
+    config: dict[str, Any] = {}
+    build.on_config(config)  # type: ignore[arg-type]
+    page = SimpleNamespace(meta={})
+    monkeypatch.setattr(runs, "_shown", ["attention.lab.heads.train_induction"])
+    build.on_page_content("", page, config, None)  # type: ignore[arg-type]
+    build.on_page_context({}, page, config, None)  # type: ignore[arg-type]
+    assert "except the trainings <code>train_induction</code>, read from" in config["copyright"]
+    other = SimpleNamespace(meta={})  # the next page read nothing: the plain stamp
+    build.on_page_content("", other, config, None)  # type: ignore[arg-type]
+    build.on_page_context({}, other, config, None)  # type: ignore[arg-type]
+    assert "except" not in config["copyright"]
 
 
 def test_exercise_table_lists_every_notebook_with_its_title() -> None:
@@ -386,8 +405,6 @@ def test_a_wheel_with_anything_but_the_library_fails_the_build(tmp_path: Path) -
 def test_footer_says_every_output_was_computed_only_where_a_page_computes(
     hooks: ModuleType, monkeypatch: pytest.MonkeyPatch, src_uri: str, markdown: str, computed: bool
 ) -> None:
-    from types import SimpleNamespace
-
     monkeypatch.setattr(hooks, "run_pycon", lambda source, name: "```pycon\n```")
     config: dict[str, str] = {}
     hooks.on_config(config)
@@ -443,8 +460,6 @@ def test_footer_names_what_a_page_shows_but_did_not_compute(
     hooks: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Performance page reads stored benchmark runs: its footer says so, and only its."""
-    from types import SimpleNamespace
-
     config: dict[str, str] = {}
     hooks.on_config(config)
     stored = "the stored runs' tables, read from committed files"

@@ -125,3 +125,23 @@ def test_a_stored_run_is_not_prefetched_but_must_still_be_asked_for(folder: Path
     run = runs.once(train_induction, **kwargs)
     assert run.seconds == first.seconds and runs.once(train_induction, **kwargs) is run
     assert not any("seed=11" in name for name in runs.waiting())
+
+
+def test_what_once_read_from_disk_is_named_once_for_each_page(folder: Path) -> None:
+    """The footer of a page that shows a stored run says so: `from_disk` names the runs `once`
+    returned from disk since it was last asked, each time a page asks for one again (the
+    first page read the file; the second gets it from memory, still not computed here), and
+    nothing for a run this process computed."""
+    name = "attention.lab.heads.train_induction"
+    runs.from_disk()
+    computed = {**TINY, "seed": 12}  # keys no other test of this process asks `once` for
+    runs.once(train_induction, **computed)  # trained here: computed by this build
+    assert runs.from_disk() == []
+    kept = {**TINY, "seed": 13}
+    stored.stored(train_induction, **kept)  # as an earlier build or test run left it
+    stored.read_back()
+    runs.once(train_induction, **kept)  # one page
+    assert runs.from_disk() == [name]
+    runs.once(train_induction, **kept)  # the next page, from memory
+    runs.once(train_induction, **computed)
+    assert runs.from_disk() == [name] and runs.from_disk() == []
