@@ -3,7 +3,7 @@ r"""Decode with static shapes: a step that one CUDA graph can hold.
 A decode step runs one token through every block. For GPT-2 124M that is a few hundred
 small kernels; on a GPU each launch costs microseconds of the host's time, more than the
 kernel itself, so the step is **launch-bound** (the weights it reads, 247 MB in float16, take
-about 60 µs at an H200's 4.2 TB/s). A `torch.cuda.CUDAGraph` records the launches once and
+about 50 µs at an H200's 4.8 TB/s). A `torch.cuda.CUDAGraph` records the launches once and
 replays them with one call, but only a step whose shapes, memory and control flow never
 change, and that never waits for the device, can be recorded.
 
