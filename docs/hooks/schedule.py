@@ -1,6 +1,7 @@
 """MkDocs hook: what runs where during the build, on a machine with few cores.
 
-- The longest trainings run in two worker processes. Five pages train models while they build
+- The longest trainings run in two worker processes (and chapter 19's two-process run, which
+  starts its processes from there). Five pages train models while they build
   (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer,
   chapter 15's character model of English, whose heads chapter 16 explores, chapter 16's
   induction model, and chapter 20's softmax and linear models on the same task): most of
@@ -47,6 +48,7 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
     from attention.lab.heads import train_induction
     from attention.lab.recall import compare_recall
     from attention.lab.seq2seq import transformer_experiment
+    from attention_site.ring import chapter_results
 
     return {
         "why-attention.md": [(run_experiment, {"seed": 0})],
@@ -60,6 +62,8 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
             (train_induction, {"seed": 0, "context_length": 64}),
             (train_english, {"seed": 0}),
         ],
+        # two gloo processes of its own, started from the worker: 6.5 s alone, 14 s in the page
+        "ring.md": [(chapter_results, {})],
         "beyond-softmax.md": [(compare_recall, {"seed": 0})],
     }
 
