@@ -70,9 +70,12 @@ print("apply_rope == pair-by-pair rotation")
 # ## Exercise 10.3: where a sequence sits does not matter
 #
 # Build `MultiHeadAttention(8, 8, context_length=32, dropout=0.0, num_heads=2, rope=True)`.
-# Its attention weights for a sequence of 5 tokens depend only on offsets. Show it: run the 5
-# tokens alone (positions 0..4), and again as positions 10..14 behind 10 other tokens that a
-# left-padding mask hides, and compare the real tokens' weights.
+# A token's position counts only the real tokens before it, so padding in front moves a
+# sequence to later slots of its row, not to later positions. Show it: run 5 tokens alone, and
+# again in slots 10..14 behind 10 other tokens that a left-padding mask hides (their positions
+# are still 0..4), and compare the real tokens' weights. (Placed at positions 10..14 with
+# `positions=`, as in [the chapter](../positions.md#rope-in-the-production-module), they get
+# the same weights too: RoPE's weights depend only on offsets.)
 
 # %%
 # Solution
@@ -81,7 +84,7 @@ mha = MultiHeadAttention(
     8, 8, context_length=32, dropout=0.0, num_heads=2, rope=True
 )
 x = torch.randn(1, 5, 8)
-# the same 5 tokens at positions 10..14: (1, 15, 8)
+# the same 5 tokens in slots 10..14, still positions 0..4: (1, 15, 8)
 x_late = torch.cat((torch.randn(1, 10, 8), x), dim=1)
 with torch.no_grad():
     _, w_alone = mha(x, need_weights=True)  # (1, 2, 5, 5)
@@ -89,7 +92,7 @@ with torch.no_grad():
         x_late, padding_mask([5], 15, side="left"), need_weights=True
     )
 torch.testing.assert_close(w_late[..., 10:, 10:], w_alone, atol=1e-5, rtol=0)
-print("weights at positions 0..4 and 10..14 agree; head 0:")
+print("weights in slots 0..4 and, behind padding, 10..14 agree; head 0:")
 print(w_alone[0, 0])
 
 # %% [markdown]

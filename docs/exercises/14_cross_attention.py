@@ -6,8 +6,9 @@
 # change them.
 #
 # Cross-attention takes its queries from the decoder and its keys and values from the
-# encoder's output, the memory $M$: $Q = X_\text{dec} W_q$, $K = M W_k$, $V = M W_v$, with no
-# causal mask between the two sequences.
+# encoder's output, the memory $X_\text{enc}$: $Q = X_\text{dec} W_q$,
+# $K = X_\text{enc} W_k$, $V = X_\text{enc} W_v$, with no causal mask between the two
+# sequences.
 
 # %%
 import torch
