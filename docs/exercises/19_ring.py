@@ -5,9 +5,9 @@
 # computed while it was built; the downloads (links above) start without outputs: run them
 # and change them.
 #
-# A block $B$ of keys gives each query an output $o^B_i$ and a log-sum-exp $\ell^B_i$; two
-# blocks merge by $\ell = \log(e^{\ell^A} + e^{\ell^B})$,
-# $o = e^{\ell^A - \ell} o^A + e^{\ell^B - \ell} o^B$.
+# A block $B$ of keys gives each query an output $o^B_i$ and a log-sum-exp $L^B_i$; two
+# blocks merge by $L = \log(e^{L^A} + e^{L^B})$,
+# $o = e^{L^A - L} o^A + e^{L^B - L} o^B$.
 
 # %%
 import torch
