@@ -91,8 +91,14 @@ with torch.no_grad():
     _, w_late = mha(
         x_late, padding_mask([5], 15, side="left"), need_weights=True
     )
+    # and at positions 10..14: RoPE's weights read only the offsets
+    _, w_moved = mha(
+        x, positions=torch.arange(10, 15)[None], need_weights=True
+    )
 torch.testing.assert_close(w_late[..., 10:, 10:], w_alone, atol=1e-5, rtol=0)
-print("weights in slots 0..4 and, behind padding, 10..14 agree; head 0:")
+torch.testing.assert_close(w_moved, w_alone, atol=1e-5, rtol=0)
+print("alone, behind padding (slots 10..14) and at positions 10..14: the")
+print("same weights; head 0:")
 print(w_alone[0, 0])
 
 # %% [markdown]
