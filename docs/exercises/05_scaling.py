@@ -73,7 +73,7 @@ print("largest row sum of J:", f"{J.sum(dim=-1).abs().max():.1e}")
 # Why $\sqrt{d_k}$ and not $d_k$? Divide random scores by $d_k$ instead, and compare the
 # largest attention weight (mean over queries, 16 keys) with the $\sqrt{d_k}$ version as
 # $d_k$ grows. Show that dividing by $d_k$ drifts to uniform attention, $1/16$ per key: the
-# opposite failure, a model that cannot single anything out.
+# opposite failure, attention that starts out singling nothing out.
 
 
 # %%
