@@ -2,10 +2,11 @@ r"""Chapter 15's trained model: a character-level GPT that reads English, traine
 
 The text is plain English prose that ships with the package: the paragraphs of the Python
 documentation's topics (`pydoc_data.topics`, the texts `help()` shows for them, such as
-`help("assert")`, under the PSF licence beside it in `attention/data/`), taken once from Python 3.11.7 by
-[`clean_topics`][attention.lab.english.clean_topics] and committed, because the topics differ
-from one Python version to the next. [`english_text`][attention.lab.english.english_text] checks
-its sha256 on load, as the GPT-2 ranks are checked.
+`help("assert")`, under the PSF licence beside it in `attention/data/`), taken once from
+Python 3.11.7 by [`clean_topics`][attention.lab.english.clean_topics] and committed, because
+the topics differ from one Python version to the next.
+[`english_text`][attention.lab.english.english_text] checks its sha256 on load, as the GPT-2
+ranks are checked.
 
 The model is the book's [`GPTModel`][attention.model.gpt.GPTModel] with one token per
 character (the $V$ characters of the text, [`Characters`][attention.lab.english.Characters])
