@@ -93,8 +93,9 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     read = from_disk()
     if read and "stored" not in page.meta:
         names = ", ".join(f"<code>{name.rsplit('.', 1)[-1]}</code>" for name in read)
+        trainings = "the training" if len(read) == 1 else "the trainings"
         page.meta["stored"] = (
-            f"the trainings {names}, read from the runs stored by an earlier build or test run "
+            f"{trainings} {names}, read from the runs stored by an earlier build or test run "
             "of the same code, data and versions (<code>attention_site.stored</code>)"
         )
     return html

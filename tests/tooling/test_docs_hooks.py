@@ -90,7 +90,7 @@ def test_a_page_that_read_a_stored_training_says_so_in_its_footer(
     monkeypatch.setattr(runs, "_shown", ["attention.lab.heads.train_induction"])
     build.on_page_content("", page, config, None)  # type: ignore[arg-type]
     build.on_page_context({}, page, config, None)  # type: ignore[arg-type]
-    assert "except the trainings <code>train_induction</code>, read from" in config["copyright"]
+    assert "except the training <code>train_induction</code>, read from" in config["copyright"]
     other = SimpleNamespace(meta={})  # the next page read nothing: the plain stamp
     build.on_page_content("", other, config, None)  # type: ignore[arg-type]
     build.on_page_context({}, other, config, None)  # type: ignore[arg-type]
