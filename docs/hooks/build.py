@@ -1,8 +1,7 @@
 """MkDocs hooks: what no plugin does for this site (listed under `hooks:` in mkdocs.yml).
 
-- a footer on every page stating what computed its outputs (`attention` and torch versions,
-  the devices, the date), or, on a page that runs no code, what built it; a page that also
-  shows stored results (front matter `stored:`, what they are) has them named as the exception;
+- whether a page computes anything (`page.meta["computed"]`, for docs/hooks/stamp.py's
+  footer);
 - `<!-- pycon: README.md#quickstart -->`: the README's quickstart run like a console session
   (every `>>>` line echoes its value, which markdown-exec's `pycon` does not do); an example
   that raises fails the build, while whether the typed outputs still hold is pytest's call;
@@ -17,14 +16,11 @@ mkdocs-jupyter executes and renders the notebooks; mkdocs-gen-files writes the A
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import doctest
 import importlib.util
 import io
 import logging
-import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,73 +37,6 @@ MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "
 
 _DIRECTIVE = re.compile(r"^<!-- pycon: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->$", re.MULTILINE)
 _EXECUTED = re.compile(r"^ *```\w+ [^\n]*\bexec=\"(?:1|true|on)\"", re.MULTILINE)  # markdown-exec
-_STAMPS: dict[bool, str] = {}  # does the page compute anything? -> its footer
-
-
-def build_stamp(computed: bool = True, stored: str | None = None) -> str:
-    """One line for the footer: what computed every output on the page (or built a page that
-    `computed` nothing: no executed block, no console transcript, no notebook), except what
-    `stored` names: outputs the page reads from files made before the build."""
-    import torch
-
-    import attention
-
-    def describe(device: torch.device) -> str:
-        if device.type == "cuda":
-            return f"{device} ({torch.cuda.get_device_name(device)})"
-        return str(device)
-
-    # The pages' tensors live on torch's default device: report that, not a setting, so the
-    # stamp cannot claim a GPU that computed nothing. Only the measurements follow the setting.
-    pages = describe(torch.get_default_device())
-    measured = describe(torch.device(os.environ.get("ATTENTION_DEVICE", "cpu")))
-    devices = f"<code>{pages}</code>"
-    if measured != pages:
-        devices += f" (measurements on <code>{measured}</code>)"
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    now = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
-    what = (
-        "Every output on this page was computed while the site was built"
-        if computed
-        else ("This page runs no code; the site was built")
-    )
-    but = f", except {stored}" if stored and computed else ""
-    return (
-        f'<span class="build-stamp">{what} on {now:%Y-%m-%d}, by <code>attention</code> '
-        f"{attention.__version__} with torch {torch.__version__} on {devices} (Python "
-        f"{sys.version_info.major}.{sys.version_info.minor}){but}.</span>"
-    )
-
-
-def on_config(config: MkDocsConfig) -> MkDocsConfig:
-    _STAMPS.update({True: build_stamp(), False: build_stamp(computed=False)})
-    config["copyright"] = _STAMPS[True]
-    return config
-
-
-def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    """Note on the page the trainings its blocks read from disk (`attention_site.stored`)
-    instead of computing them in this build: its footer names them."""
-    from attention_site.runs import from_disk
-
-    read = from_disk()
-    if read and "stored" not in page.meta:
-        names = ", ".join(f"<code>{name.rsplit('.', 1)[-1]}</code>" for name in read)
-        trainings = "the training" if len(read) == 1 else "the trainings"
-        page.meta["stored"] = (
-            f"{trainings} {names}, read from the runs stored by an earlier build or test run "
-            "of the same code, data and versions (<code>attention_site.stored</code>)"
-        )
-    return html
-
-
-def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
-    stored = page.meta.get("stored")
-    if stored:  # the page names what it did not compute: a stamp of its own
-        config["copyright"] = build_stamp(page.meta.get("computed", True), str(stored))
-    else:
-        config["copyright"] = _STAMPS[page.meta.get("computed", True)]  # the footer reads it
-    return context
 
 
 def _mathjax_dir() -> Path:

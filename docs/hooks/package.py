@@ -499,7 +499,7 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
 
 
 def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
-    """The footer (docs/hooks/build.py's stamp, set just before) links the page's source."""
+    """The footer (docs/hooks/stamp.py's stamp, set just before) links the page's source."""
     config["copyright"] += page_source(_builds[-1].package, page.file.src_uri)
     return context
 

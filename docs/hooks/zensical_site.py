@@ -35,9 +35,9 @@ from typing import Any
 import yaml
 
 # The hooks' modules, by name: run as a script, this file's folder is first on sys.path.
-build, explorer, gen_api, notebooks, package_hook = (
+build, explorer, gen_api, notebooks, package_hook, stamp = (
     importlib.import_module(name)
-    for name in ("build", "explorer", "gen_api", "notebooks", "package")
+    for name in ("build", "explorer", "gen_api", "notebooks", "package", "stamp")
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,7 +137,7 @@ def stage_config(config: dict[str, Any], site: Path) -> tuple[Path, str]:
                          and p not in LEFT_OUT]  # fmt: skip
     config["docs_dir"], config["site_dir"] = "docs", str(site)
     config["nav"] = _nav(config["nav"])
-    config["copyright"] = build.build_stamp()  # each page's: stamp_pages
+    config["copyright"] = stamp.build_stamp()  # each page's: stamp_pages
     path = STAGE / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path, config["copyright"]
@@ -155,7 +155,7 @@ def _nav(nav: Any) -> Any:
 
 
 def stamp_pages(site: Path, docs: Path, default: str, package: Any) -> None:
-    """Each page's footer as docs/hooks/build.py words it: a page that runs no code says so,
+    """Each page's footer as docs/hooks/stamp.py words it: a page that runs no code says so,
     and a page with stored results (front matter `stored:`) names them; and as
     docs/hooks/package.py links it, to the page's source."""
     for page in docs.rglob("*.md"):
@@ -171,10 +171,10 @@ def stamp_pages(site: Path, docs: Path, default: str, package: Any) -> None:
         if not html.exists():
             continue
         text = html.read_text(encoding="utf-8")
-        stamp = build.build_stamp(computed, str(stored) if stored else None)
+        footer = stamp.build_stamp(computed, str(stored) if stored else None)
         src_uri = (rel.with_suffix(".py") if notebook else rel).as_posix()  # as MkDocs names it
-        stamp += package_hook.page_source(package, src_uri)
-        html.write_text(text.replace(default, stamp), encoding="utf-8")
+        footer += package_hook.page_source(package, src_uri)
+        html.write_text(text.replace(default, footer), encoding="utf-8")
 
 
 def main(site: Path) -> None:

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("mkdocs")  # the `docs` extra
 
-from docs.hooks import build, notebooks  # docs/ is a namespace package under the root
+from docs.hooks import build, notebooks, stamp  # docs/ is a namespace package under the root
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,24 +57,22 @@ def test_readme_quickstart_section_is_found(hooks: ModuleType) -> None:
     assert section.startswith("```pycon\n>>> ") and section.rstrip().endswith("```")
 
 
-def test_build_stamp_names_versions_and_devices(
-    hooks: ModuleType, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_build_stamp_names_versions_and_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     import attention
 
     monkeypatch.delenv("ATTENTION_DEVICE", raising=False)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
-    stamp = hooks.build_stamp()
-    assert f"<code>attention</code> {attention.__version__}" in stamp
-    assert f"torch {torch.__version__}" in stamp
-    assert "on <code>cpu</code> (Python" in stamp and "1970-01-01" in stamp
+    footer = stamp.build_stamp()
+    assert f"<code>attention</code> {attention.__version__}" in footer
+    assert f"torch {torch.__version__}" in footer
+    assert "on <code>cpu</code> (Python" in footer and "1970-01-01" in footer
     # The pages' tensors are created on torch's default device; the Performance page's
     # measurements run on ATTENTION_DEVICE, and the stamp says so when the two differ.
     monkeypatch.setenv("ATTENTION_DEVICE", "meta")
-    assert "on <code>cpu</code> (measurements on <code>meta</code>)" in hooks.build_stamp()
+    assert "on <code>cpu</code> (measurements on <code>meta</code>)" in stamp.build_stamp()
     torch.set_default_device("meta")
     try:
-        assert "on <code>meta</code> (Python" in hooks.build_stamp()
+        assert "on <code>meta</code> (Python" in stamp.build_stamp()
     finally:
         torch.set_default_device(None)
 
@@ -85,16 +83,16 @@ def test_a_page_that_read_a_stored_training_says_so_in_its_footer(
     from attention_site import runs
 
     config: dict[str, Any] = {}
-    build.on_config(config)  # type: ignore[arg-type]
+    stamp.on_config(config)  # type: ignore[arg-type]
     page = SimpleNamespace(meta={})
     monkeypatch.setattr(runs, "_shown", ["attention.lab.heads.train_induction"])
-    build.on_page_content("", page, config, None)  # type: ignore[arg-type]
-    build.on_page_context({}, page, config, None)  # type: ignore[arg-type]
+    stamp.on_page_content("", page, config, None)  # type: ignore[arg-type]
+    stamp.on_page_context({}, page, config, None)  # type: ignore[arg-type]
     assert "except the training <code>train_induction</code>, read from" in config["copyright"]
-    other = SimpleNamespace(meta={})  # the next page read nothing: the plain stamp
-    build.on_page_content("", other, config, None)  # type: ignore[arg-type]
-    build.on_page_context({}, other, config, None)  # type: ignore[arg-type]
-    assert "except" not in config["copyright"]
+    other = SimpleNamespace(meta={"computed": False})  # the next page read and ran nothing
+    stamp.on_page_content("", other, config, None)  # type: ignore[arg-type]
+    stamp.on_page_context({}, other, config, None)  # type: ignore[arg-type]
+    assert "except" not in config["copyright"] and "runs no code" in config["copyright"]
 
 
 def test_exercise_table_lists_every_notebook_with_its_title() -> None:
@@ -407,14 +405,14 @@ def test_footer_says_every_output_was_computed_only_where_a_page_computes(
 ) -> None:
     monkeypatch.setattr(hooks, "run_pycon", lambda source, name: "```pycon\n```")
     config: dict[str, str] = {}
-    hooks.on_config(config)
+    stamp.on_config(config)
     page = SimpleNamespace(meta={}, file=SimpleNamespace(src_uri=src_uri))
     hooks.on_page_markdown(markdown, page, config, None)
-    hooks.on_page_context({}, page, config, None)
-    stamp = config["copyright"]
-    assert stamp.startswith('<span class="build-stamp">') and "torch" in stamp
-    assert ("Every output on this page was computed" in stamp) is computed
-    assert ("This page runs no code" in stamp) is not computed
+    stamp.on_page_context({}, page, config, None)
+    footer = config["copyright"]
+    assert footer.startswith('<span class="build-stamp">') and "torch" in footer
+    assert ("Every output on this page was computed" in footer) is computed
+    assert ("This page runs no code" in footer) is not computed
 
 
 def test_the_explorer_check_fails_on_a_browser_that_computes_otherwise() -> None:
@@ -461,14 +459,14 @@ def test_footer_names_what_a_page_shows_but_did_not_compute(
 ) -> None:
     """The Performance page reads stored benchmark runs: its footer says so, and only its."""
     config: dict[str, str] = {}
-    hooks.on_config(config)
+    stamp.on_config(config)
     stored = "the stored runs' tables, read from committed files"
     page = SimpleNamespace(meta={}, file=SimpleNamespace(src_uri="performance.md"))
     hooks.on_page_markdown('---\n```python exec="1"\nprint(1)\n```\n', page, config, None)
     page.meta["stored"] = stored
-    hooks.on_page_context({}, page, config, None)
+    stamp.on_page_context({}, page, config, None)
     assert "Every output on this page was computed" in config["copyright"]
     assert config["copyright"].endswith(f", except {stored}.</span>")
     other = SimpleNamespace(meta={"computed": True}, file=SimpleNamespace(src_uri="causal.md"))
-    hooks.on_page_context({}, other, config, None)
+    stamp.on_page_context({}, other, config, None)
     assert "except" not in config["copyright"]
