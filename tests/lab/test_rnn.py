@@ -117,6 +117,7 @@ def test_bad_shapes_raise() -> None:
 
 
 @pytest.mark.usefixtures("one_thread")
+@pytest.mark.slow(seconds=2)
 def test_training_lowers_the_loss_and_is_deterministic() -> None:
     kwargs = {"steps": 30, "batch_size": 32, "max_len": 5, "seed": 4}
     runs = []

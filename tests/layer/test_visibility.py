@@ -19,6 +19,7 @@ from attention.layer.cache import KVCache
 from attention.layer.masks import chunk_mask, everything, from_flags, window
 from attention.layer.testing import padding_mask, reference_attention, sdpa_calls
 from attention.layer.tokens import Tokens, queries, visible
+from tests.product import product
 
 B, T, D_IN, H, HEAD_DIM = 2, 11, 6, 4, 4
 ATOL = 1e-10
@@ -80,8 +81,9 @@ def chunks(mha: MultiHeadAttention, x: torch.Tensor, padding: torch.Tensor | Non
     return torch.cat(outs, dim=1)
 
 
-@pytest.mark.parametrize(("kv", "window", "sinks", "rope"), CONFIGS)
-@pytest.mark.parametrize("kind", DATA)
+@pytest.mark.parametrize(
+    ("kv", "window", "sinks", "rope", "kind"), product(CONFIGS, DATA, seconds=0.05)
+)  # each configuration fast once, the data kinds in turn
 def test_every_configuration_equals_the_definition(
     kv: int, window: int | None, sinks: int, rope: bool, kind: str
 ) -> None:

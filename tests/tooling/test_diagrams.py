@@ -256,6 +256,7 @@ def test_rope_rotation_turns_each_pair_by_its_frequency(
 
 
 @pytest.mark.parametrize(("num_heads", "kv_heads"), [(8, (8, 2, 1)), (12, (4,)), (16, (16, 1))])
+@pytest.mark.slow(seconds=1)
 def test_gqa_groups_joins_each_query_head_to_its_key_value_head(
     num_heads: int, kv_heads: tuple[int, ...]
 ) -> None:

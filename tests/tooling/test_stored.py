@@ -46,6 +46,7 @@ def test_the_key_changes_with_the_code_the_training_imports(tmp_path: Path) -> N
         sources("attention.lab.nothing", tmp_path)
 
 
+@pytest.mark.slow(seconds=1)
 def test_the_key_changes_with_the_config_not_with_how_it_is_spelled() -> None:
     page = digest(ingredients(train_induction, {"seed": 0, "context_length": 64}))
     spelled = {"seed": 0, "steps": 700, "lr": 3e-3, "context_length": 64}  # the defaults
