@@ -49,21 +49,23 @@ def takes_a_cache(mha: MultiHeadAttention) -> bool:
 
 
 PROBES = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+Case = tuple[str, str, int, bool, str, int]  # mask, mods, kv heads, RoPE, positions, offset
 PROBE = given(
-    mask=st.sampled_from(sorted(MASKS)),
-    mods=st.sampled_from(sorted(MODS)),
-    kv=st.sampled_from([4, 2]),
-    rope=st.booleans(),
-    kind=st.sampled_from(KINDS),
-    offset=st.integers(0, 70_000),
+    case=st.tuples(
+        st.sampled_from(sorted(MASKS)),
+        st.sampled_from(sorted(MODS)),
+        st.sampled_from([4, 2]),
+        st.booleans(),
+        st.sampled_from(KINDS),
+        st.integers(0, 70_000),
+    )
 )
 """A layer of the mask-combination test and positions of one kind: what both tests draw."""
 
 
-def probe(
-    mask: str, mods: str, kv: int, rope: bool, kind: str, offset: int
-) -> tuple[MultiHeadAttention, torch.Tensor, torch.Tensor, torch.Tensor]:
+def probe(case: Case) -> tuple[MultiHeadAttention, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The layer, its input, the positions and the float64 reference at those positions."""
+    mask, mods, kv, rope, kind, offset = case
     mha = layer(MASKS[mask](), MODS[mods](), kv, rope)
     x = torch.randn(B, T, D_IN, dtype=torch.float64)
     pos = positions(kind, offset)
@@ -72,26 +74,22 @@ def probe(
 
 @PROBES
 @PROBE
-def test_every_path_reads_the_positions_it_is_given(
-    mask: str, mods: str, kv: int, rope: bool, kind: str, offset: int
-) -> None:
+def test_every_path_reads_the_positions_it_is_given(case: Case) -> None:
     """Fused, explicit, cached in chunks and static steps (FlexAttention: the next test)."""
-    mha, x, pos, expected = probe(mask, mods, kv, rope, kind, offset)
+    mha, x, pos, expected = probe(case)
     with torch.no_grad():
         assert_close(mha(x, positions=pos), expected, atol=ATOL, rtol=0)
         explicit, _ = mha(x, positions=pos, need_weights=True)
         assert_close(explicit, expected, atol=ATOL, rtol=0)
-        if takes_a_cache(mha) and kind in ("offset", "gaps"):  # each row's positions grow
+        if takes_a_cache(mha) and case[4] in ("offset", "gaps"):  # each row's positions grow
             assert_close(cached(mha, x, pos), expected, atol=ATOL, rtol=0)
 
 
 @pytest.mark.slow(seconds=15)  # FlexAttention unfused on the CPU: about 0.5 s a call
 @PROBES
 @PROBE
-def test_flexattention_reads_the_positions_it_is_given(
-    mask: str, mods: str, kv: int, rope: bool, kind: str, offset: int
-) -> None:
-    mha, x, pos, expected = probe(mask, mods, kv, rope, kind, offset)
+def test_flexattention_reads_the_positions_it_is_given(case: Case) -> None:
+    mha, x, pos, expected = probe(case)
     with torch.no_grad(), flex_on_cpu() as calls:
         assert_close(mha(x, positions=pos), expected, atol=ATOL, rtol=0)
     assert calls or mha.last_plan is None or mha.last_plan.kind != "flex"
