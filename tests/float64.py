@@ -42,3 +42,14 @@ def hf_rope_angles(
     freqs = positions[..., None].double() * inv_freq  # (b, T, dim / 2)
     full = torch.cat((freqs, freqs), dim=-1)
     return full.cos(), full.sin()
+
+
+def exact_rms_norm(norm_class: type, monkeypatch: object) -> None:
+    """A transformers RMSNorm class's `forward` without its float32 cast, for the test's
+    duration (`monkeypatch`, pytest's): $g \\odot x / \\sqrt{\\overline{x^2} + \\epsilon}$."""
+
+    def exact(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        mean_square = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(mean_square + self.variance_epsilon))  # type: ignore[operator]
+
+    monkeypatch.setattr(norm_class, "forward", exact)  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from attention.layer.masks import causal, documents, window
 from attention.layer.score_mods import ScoreMod
 from attention.layer.softcap import softcap
 from attention.layer.testing import padding_mask
-from tests.float64 import hf_rope_angles
+from tests.float64 import exact_rms_norm, hf_rope_angles
 
 D_IN, H, R, D_N, D_R, D_V, T = 32, 4, 8, 6, 4, 5, 9
 EXACT = {"atol": 1e-10, "rtol": 0.0}
@@ -180,29 +180,31 @@ def deepseek(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     pytest.importorskip("transformers", minversion="5.24")
     from transformers.models.deepseek_v3 import modeling_deepseek_v3 as module
 
-    def exact(self: Any, x: Tensor) -> Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
-                                              + self.variance_epsilon))  # fmt: skip
-
-    monkeypatch.setattr(module.DeepseekV3RMSNorm, "forward", exact)
+    exact_rms_norm(module.DeepseekV3RMSNorm, monkeypatch)
     return module
 
 
 def hf_attention(module: ModuleType, q_lora_rank: int | None, **settings: Any) -> Any:
+    return tiny_hf_layer(module, "DeepseekV3", q_lora_rank=q_lora_rank, **settings)
+
+
+def tiny_hf_layer(module: ModuleType, family: str, **settings: Any) -> Any:
+    """transformers' `{family}Attention`, tiny, float64, this file's widths; its norms' gains
+    and the biases drawn at random, so that a wrong one shows (they start at 1 and 0)."""
     import transformers
 
-    config = transformers.DeepseekV3Config(
-        hidden_size=D_IN, num_attention_heads=H, num_key_value_heads=H, q_lora_rank=q_lora_rank,
-        kv_lora_rank=R, qk_nope_head_dim=D_N, qk_rope_head_dim=D_R, v_head_dim=D_V,
-        num_hidden_layers=1, vocab_size=10, intermediate_size=16, moe_intermediate_size=8,
+    config = getattr(transformers, f"{family}Config")(
+        hidden_size=D_IN, num_attention_heads=H, num_key_value_heads=H, kv_lora_rank=R,
+        qk_nope_head_dim=D_N, qk_rope_head_dim=D_R, v_head_dim=D_V, num_hidden_layers=1,
+        vocab_size=10, intermediate_size=16, moe_intermediate_size=8,
         pad_token_id=None, bos_token_id=None, eos_token_id=None, attn_implementation="sdpa",
         **settings,
     )  # fmt: skip
     torch.manual_seed(3)
-    layer = module.DeepseekV3Attention(config, layer_idx=0).double().eval()
+    layer = getattr(module, f"{family}Attention")(config, layer_idx=0).double().eval()
     with torch.no_grad():
         for name, param in layer.named_parameters():
-            if "layernorm" in name or name.endswith("bias"):
+            if "norm" in name or name.endswith("bias"):
                 param.normal_()
     return layer
 

@@ -33,9 +33,10 @@ from attention.layer.sparse_index import (
     topk_mask,
 )
 from attention.layer.tokens import Tokens
-from tests.float64 import hf_rope_angles
+from tests.float64 import exact_rms_norm
+from tests.layer.test_latent import D_IN, D_N, D_R, D_V, H, R, T, angles, tiny_hf_layer
 
-D_IN, H, R, D_N, D_R, D_V, Q_LORA, H_I, D_I, T = 32, 4, 8, 6, 4, 5, 12, 3, 8, 9
+Q_LORA, H_I, D_I = 12, 3, 8  # the indexer; the latent widths are chapter 17 tests'
 EXACT = {"atol": 1e-10, "rtol": 0.0}
 
 
@@ -203,38 +204,16 @@ def deepseek(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     pytest.importorskip("transformers", minversion="5.24")
     from transformers.models.deepseek_v32 import modeling_deepseek_v32 as module
 
-    def exact(self: Any, x: Tensor) -> Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)
-                                              + self.variance_epsilon))  # fmt: skip
-
-    monkeypatch.setattr(module.DeepseekV32RMSNorm, "forward", exact)
+    exact_rms_norm(module.DeepseekV32RMSNorm, monkeypatch)
     return module
 
 
 def hf_attention(module: ModuleType, topk: int, **settings: Any) -> Any:
-    import transformers
-
-    config = transformers.DeepseekV32Config(
-        hidden_size=D_IN, num_attention_heads=H, num_key_value_heads=H, q_lora_rank=Q_LORA,
-        kv_lora_rank=R, qk_nope_head_dim=D_N, qk_rope_head_dim=D_R, v_head_dim=D_V,
-        index_topk=topk, index_n_heads=H_I, index_head_dim=D_I, num_hidden_layers=1,
-        vocab_size=10, intermediate_size=16, moe_intermediate_size=8, n_routed_experts=4,
-        n_group=1, topk_group=1, num_experts_per_tok=2, attention_bias=True,
-        pad_token_id=None, bos_token_id=None, eos_token_id=None, attn_implementation="sdpa",
-        **settings,
-    )  # fmt: skip
-    torch.manual_seed(3)
-    layer = module.DeepseekV32Attention(config, layer_idx=0).double().eval()
-    with torch.no_grad():
-        for name, param in layer.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                param.normal_()
-    return layer
-
-
-def angles(positions: Tensor, base: float) -> tuple[Tensor, Tensor]:
-    """RoPE's (cos, sin) as transformers lays them out, in float64."""
-    return hf_rope_angles(positions, base, D_R)
+    """transformers' DeepSeek-V3.2 layer, tiny: chapter 17's widths with an indexer."""
+    settings = dict(q_lora_rank=Q_LORA, index_topk=topk, index_n_heads=H_I, index_head_dim=D_I,
+                    n_routed_experts=4, n_group=1, topk_group=1, num_experts_per_tok=2,
+                    attention_bias=True, **settings)  # fmt: skip
+    return tiny_hf_layer(module, "DeepseekV32", **settings)
 
 
 def hf_call(hf: Any, x: Tensor, start: int, cache: Any = None) -> tuple[Tensor, Tensor]:
