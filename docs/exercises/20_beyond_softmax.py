@@ -83,7 +83,8 @@ for n in (4, 8, 16):
 qwen = HYBRID["Qwen3-Next-80B-A3B"]
 fixed = cache_bytes(qwen, 0)
 p = cache_bytes(qwen, 1, all_softmax=True) // qwen.num_layers
-T = fixed / (12 * p)  # F + 12 T p = 24 T p
+half, softmax = qwen.num_layers / 2, qwen.full_layers  # 24 and 12
+T = fixed / ((half - softmax) * p)  # F + 12 T p = 24 T p
 hybrid = cache_bytes(qwen, round(T))
 full = cache_bytes(qwen, round(T), all_softmax=True)
 print(f"T = {T:,.0f} tokens: hybrid / all softmax = {hybrid / full:.3f}")
