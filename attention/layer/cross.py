@@ -101,13 +101,14 @@ def check(
             "place its tokens): not for cross-attention (key given)"
         )
     plain = layer.rule.bounds.everything and not layer.score_mods
-    if layer.causal or layer.rope or layer.sink_logits is not None or not plain:
+    gated = layer.W_gate is not None
+    if layer.causal or layer.rope or layer.sink_logits is not None or not plain or gated:
         raise ValueError(
             "cross-attention (key and value from another sequence, or a cache on a module "
-            "with causal=False) needs causal=False, rope=False, no sink logit, mask or "
-            f"score modifier; this module has causal={layer.causal}, rope={layer.rope}, "
-            f"sink_logit={layer.sink_logits is not None}, mask={layer.rule!r}, "
-            f"score_mods={list(layer.score_mods)}"
+            "with causal=False) needs causal=False, rope=False, no sink logit, output gate, "
+            f"mask or score modifier; this module has causal={layer.causal}, "
+            f"rope={layer.rope}, sink_logit={layer.sink_logits is not None}, "
+            f"output_gate={gated}, mask={layer.rule!r}, score_mods={list(layer.score_mods)}"
         )
     if cache is not None:
         _check_cache(layer, cache, batch, key)

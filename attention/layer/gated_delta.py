@@ -47,7 +47,7 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -64,19 +64,40 @@ class GatedDeltaState:
     """A [`GatedDeltaNet`][attention.layer.gated_delta.GatedDeltaNet]'s memory of the tokens
     read: `conv` `(B, conv_dim, K - 1)`, the last inputs of the causal convolution, and
     `recurrent` `(B, H_v, d_k, d_v)`, the delta rule's state. `update` replaces both with
-    tensors of the same shapes: the state never grows."""
+    tensors of the same shapes: the state never grows. `length` counts the tokens read, so a
+    model's caches agree on where the next token stands (a
+    [`KVCache`][attention.layer.cache.KVCache]'s `length`, with one position per row)."""
 
     conv: Tensor
     recurrent: Tensor
+    length: int = 0
 
-    def update(self, conv: Tensor, recurrent: Tensor) -> None:
-        """Store the state after a forward; shapes must not change."""
+    contiguous: ClassVar[bool] = True  # every row at `length`: no padding is taken
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences held."""
+        return self.conv.shape[0]
+
+    @property
+    def max_tokens(self) -> None:
+        """No limit: the state has no slots to fill."""
+        return None
+
+    def update(self, conv: Tensor, recurrent: Tensor, num_tokens: int = 0) -> None:
+        """Store the state after a forward of `num_tokens` tokens; shapes must not change."""
         for name, old, new in (("conv", self.conv, conv), ("recurrent", self.recurrent, recurrent)):
             if new.shape != old.shape:
                 raise ValueError(
                     f"state.{name} must keep shape {tuple(old.shape)}, got {tuple(new.shape)}"
                 )
         self.conv, self.recurrent = conv, recurrent
+        self.length += num_tokens
+
+    def reset(self) -> None:
+        """Forget every token: zeros, `length` 0 (as a new state)."""
+        self.conv, self.recurrent = torch.zeros_like(self.conv), torch.zeros_like(self.recurrent)
+        self.length = 0
 
     @property
     def nbytes(self) -> int:
@@ -145,6 +166,32 @@ class GatedDeltaNet(nn.Module):
         self.norm = GatedRMSNorm(head_v_dim, eps=check_positive("eps", eps))
         self.out_proj = nn.Linear(self.value_dim, d_in, bias=False)
 
+    rotary = None  # no positions enter the layer: a model makes no RoPE angles for it
+    window = None  # its state is fixed: no window bounds what it keeps
+
+    def init_cache(self, batch_size: int, max_tokens: int | None = None) -> GatedDeltaState:
+        """[`init_state`][attention.layer.gated_delta.GatedDeltaNet.init_state], under the name
+        a model calls on every layer: `max_tokens` (checked) sizes nothing, the state never
+        grows."""
+        if max_tokens is not None:
+            check_size("max_tokens", max_tokens)
+        return self.init_state(batch_size)
+
+    def check_cache(self, cache: object, batch_size: int, num_tokens: int) -> None:
+        """Raise an error naming `cache` unless it is this layer's state for `batch_size` rows.
+
+        Raises:
+            TypeError: not a `GatedDeltaState`, or another dtype.
+            ValueError: other shapes (another layer's, or another batch size) or device.
+        """
+        like = self.out_proj.weight.new_empty(batch_size, 1, self.d_in)
+        if not isinstance(cache, GatedDeltaState):
+            raise TypeError(
+                f"cache must be this GatedDeltaNet layer's GatedDeltaState (from init_cache), "
+                f"got {type(cache).__name__}"
+            )
+        self._check_state(cache, like)
+
     def init_state(self, batch_size: int) -> GatedDeltaState:
         """The empty state (zeros) for decoding `batch_size` sequences."""
         like = self.out_proj.weight
@@ -211,7 +258,7 @@ class GatedDeltaNet(nn.Module):
         else:
             o, S = delta_chunked(q, k, v, beta, g, state.recurrent, chunk_size=self.chunk_size)
         if keep:
-            state.update(window[..., window.shape[-1] - state.conv.shape[-1] :], S)
+            state.update(window[..., window.shape[-1] - state.conv.shape[-1] :], S, T)
         y = self.norm(o.transpose(1, 2), z)  # (B, T, H_v, d_v)
         out: Tensor = self.out_proj(y.reshape(B, T, self.value_dim))  # W_out [...]  (B, T, D)
         return out

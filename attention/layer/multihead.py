@@ -131,16 +131,21 @@ class MultiHeadAttention(Specified, nn.Module):
             `qk_norm_eps` its $\epsilon$.
         out_features: the output's width, default `d_out` (Qwen3 and Gemma 3 map
             $h d_h$ back to a narrower `hidden_size`).
+        output_gate: gate the heads' concatenation by the input before $W_o$ (Qwen3-Next's
+            gated attention): $[Z^{(0)}; \dots; Z^{(h-1)}] \odot \sigma(x W_g)$, with
+            `W_gate` `nn.Linear(d_in, d_out)` (a bias with `qkv_bias`). Self-attention only.
 
     Attributes:
         W_query: `nn.Linear(d_in, d_out)`.
         W_key: `nn.Linear(kdim, num_kv_heads * head_dim)`.
         W_value: `nn.Linear(vdim, num_kv_heads * head_dim)`.
         out_proj: `nn.Linear(d_out, out_features)`, $W_o$ and $b_o$.
+        W_gate: `nn.Linear(d_in, d_out)`, $W_g$, with `output_gate` (created last); else None.
         dropout: `nn.Dropout(dropout)`: applied to the weights on the explicit path; the
             kernel gets its `p` in training mode.
         sink_logits: `(num_heads,)` parameter with `sink_logit`; else None.
-        q_norm: the queries' `RMSNorm` with `qk_norm` (created last, with `k_norm`); else None.
+        q_norm: the queries' `RMSNorm` with `qk_norm` (created after `out_proj`, with `k_norm`);
+            else None.
         spec: the [`AttentionSpec`][attention.layer.spec.AttentionSpec]; `rule` (its mask:
             `mask`, or the one `causal`, `window` and `sinks` name), `score_mods` and `scale`
             read it.
@@ -206,6 +211,7 @@ class MultiHeadAttention(Specified, nn.Module):
         qk_norm: QKNormKind | None = None,
         qk_norm_eps: float = 1e-6,
         out_features: int | None = None,
+        output_gate: bool = False,
     ) -> None:
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
@@ -241,6 +247,8 @@ class MultiHeadAttention(Specified, nn.Module):
         self.k_norm: RMSNorm | None
         self.q_norm, self.k_norm = (qk_norms(qk_norm, num_heads, num_kv_heads, self.head_dim,
                                              qk_norm_eps) if qk_norm else (None, None))  # fmt: skip
+        self.W_gate = nn.Linear(d_in, d_out, bias=bias) if check_flag(
+            "output_gate", output_gate) else None  # fmt: skip
         self.register_load_state_dict_pre_hook(convert.drop_book_mask)  # type: ignore[no-untyped-call]
 
     @overload
@@ -439,7 +447,9 @@ class MultiHeadAttention(Specified, nn.Module):
         attn_weights = attn_weights if need_weights else None
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)
-        out: Tensor = self.out_proj(context_vec)  # (b, T, d_out)
+        if self.W_gate is not None:  # Qwen3-Next: [Z_0; ...; Z_h-1] * sigma(x W_g)
+            context_vec = context_vec * torch.sigmoid(self.W_gate(x))  # (b, T, d_out)
+        out: Tensor = self.out_proj(context_vec)  # (b, T, out_features)
         return out, attn_weights
 
     def project(

@@ -220,7 +220,8 @@ def reference_attention(
     made with `causal`, `window`, `sinks`, or else by calling its mask on one pair of
     scalars at a time; then same document, not padding. Score modifiers are called on one
     scalar score at a time. RoPE as complex multiplication, each query head reading
-    key/value head `i // group`, the sink logit as one more term of the softmax. Slow
+    key/value head `i // group`, the sink logit as one more term of the softmax, the output
+    gate as a product before `out_proj`. Slow
     (Python loops over queries): for tests, at a few tokens, in float64.
 
     Args:
@@ -278,7 +279,11 @@ def reference_attention(
                 scores = torch.cat((scores, sink), dim=1)
             weights = torch.softmax(scores, dim=1)[:, :n].nan_to_num(0.0)  # (n, n)
             context[row, head] = weights.masked_fill(~seen, 0.0) @ v[row, g]
-    return context.transpose(1, 2).reshape(b, n, h * d) @ mha.out_proj.weight.T + mha.out_proj.bias
+    heads = context.transpose(1, 2).reshape(b, n, h * d)  # [Z_0; ...; Z_h-1]
+    if mha.W_gate is not None:  # output_gate: times sigma(x W_g + b_g)
+        gate = mha.W_gate
+        heads = heads * torch.sigmoid(x @ gate.weight.T + (0 if gate.bias is None else gate.bias))
+    return heads @ mha.out_proj.weight.T + mha.out_proj.bias
 
 
 def saved_bytes(fn: Callable[[], Tensor]) -> int:

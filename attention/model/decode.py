@@ -55,17 +55,22 @@ import torch
 from torch import Tensor
 
 from attention.layer.cache import KVCache
+from attention.layer.multihead import MultiHeadAttention
 from attention.model.gpt import GPTModel
 
 __all__ = ["StaticDecode", "supports_static"]
 
 
 def supports_static(model: GPTModel) -> bool:
-    """Whether `model`'s decode can take the static step: no layer needs the explicit path.
+    """Whether `model`'s decode can take the static step: every layer softmax attention, and
+    none needing the explicit path.
 
-    A score modifier without an additive form (a soft cap) goes to FlexAttention on CUDA,
-    which compiles and plans on the host: such a model keeps the dynamic step there.
+    A linear layer's state has no static step (its update is not a slot written). A score
+    modifier without an additive form (a soft cap) goes to FlexAttention on CUDA, which
+    compiles and plans on the host: such a model keeps the dynamic step there.
     """
+    if not all(isinstance(block.att, MultiHeadAttention) for block in model.blocks):
+        return False  # a linear layer's state (GatedDeltaNet) has no static step
     on_cuda = model.tok_emb.weight.device.type == "cuda"
     return not (on_cuda and any(block.att.spec.explicit_only for block in model.blocks))
 

@@ -45,6 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.layer import gated_delta, sparse_index
+from attention.layer.multihead import MultiHeadAttention
 from attention.model.llama import attention_from_llama
 from attention.model.llama_block import ACTIVATIONS, LlamaModel
 
@@ -109,23 +110,23 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
     settings: dict[str, Any] = config.to_dict()  # type: ignore[union-attr]
     _refuse(settings)
     state = _with_gains(hf_model, dict(hf_model.state_dict()))
+    _refuse_experts(state, settings)
     n_layers = int(settings["num_hidden_layers"])
     placement, names = _placement(state)
-    layers = [
-        attention_from_llama(state, config, prefix=f"model.layers.{i}.self_attn.", layer=i)
-        for i in range(n_layers)
-    ]
+    layers = [_attention(hf_model, state, config, i) for i in range(n_layers)]
     embedding: Any = getattr(hf_model, "get_input_embeddings")()  # noqa: B009
     head: Any = getattr(hf_model, "get_output_embeddings")()  # noqa: B009
     tied = head is not None and head.weight is embedding.weight
     scale = getattr(embedding, "embed_scale", None)
-    cfg = {"vocab_size": settings["vocab_size"], "context_length": layers[0].context_length,
+    context = next((att.context_length for att in layers if isinstance(att, MultiHeadAttention)),
+                   settings.get("max_position_embeddings", 2048))  # fmt: skip
+    cfg = {"vocab_size": settings["vocab_size"], "context_length": context,
            "emb_dim": settings["hidden_size"], "hidden_dim": settings["intermediate_size"],
            "n_layers": n_layers, "layers": layers, "act": _activation(settings),
            "norm_eps": settings.get("rms_norm_eps") or 1e-6, "norms": placement,
            "tie_embeddings": tied, "embed_scale": None if scale is None else float(scale),
            "final_softcap": settings.get("final_logit_softcapping")}  # fmt: skip
-    like = layers[0].W_query.weight
+    like = next(layers[0].parameters())
     model = LlamaModel(cfg).to(dtype=like.dtype, device=like.device).eval()
     _copy(model, state, names, n_layers, tied)
     if check:
@@ -133,14 +134,33 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
     return model
 
 
+def _attention(
+    hf_model: nn.Module, state: Mapping[str, Tensor], config: object, i: int
+) -> nn.Module:
+    """Decoder layer `i`'s attention: a softmax `self_attn` read by `attention_from_llama`,
+    or another module (Qwen3-Next's `linear_attn`) by its loader in `MODULES`."""
+    prefix = f"model.layers.{i}."
+    if any(key.startswith(prefix + "self_attn.") for key in state):
+        return attention_from_llama(state, config, prefix=prefix + "self_attn.", layer=i)
+    names = sorted(
+        {
+            key.removeprefix(prefix).split(".")[0]
+            for key in state
+            if key.startswith(prefix) and "norm" not in key and ".mlp." not in key
+        }
+    )
+    for name in names:
+        module = hf_model.get_submodule(prefix + name)
+        if type(module).__name__ in MODULES:
+            return MODULES[type(module).__name__](module)
+    raise ValueError(
+        f"decoder layer {i} has no self_attn and none of {names} is a module from_hf reads "
+        f"({', '.join(MODULES)})"
+    )
+
+
 def _refuse(settings: Mapping[str, Any]) -> None:
     """Refuse, by name, a model-level setting that the package's model does not apply."""
-    found = [f"{key}={settings[key]!r}" for key in MOE_SETTINGS if settings.get(key)]
-    if found:
-        raise ValueError(
-            f"config sets {', '.join(found)}: a mixture-of-experts feed-forward, which "
-            "from_hf does not build"
-        )
     found = [f"{key}={settings[key]!r}" for key in MULTIPLIERS
              if settings.get(key) not in (None, 1, 1.0)]  # fmt: skip
     if settings.get("mlp_bias"):
@@ -148,6 +168,19 @@ def _refuse(settings: Mapping[str, Any]) -> None:
     if found:
         raise ValueError(f"config sets {', '.join(found)}, which from_hf does not apply")
     _activation(settings)
+
+
+def _refuse_experts(state: Mapping[str, Tensor], settings: Mapping[str, Any]) -> None:
+    """Refuse a feed-forward with more than `gate_proj`, `up_proj`, `down_proj`: a mixture of
+    experts (a config may set expert counts that no layer uses: Qwen3-Next's `num_experts=0`)."""
+    dense = {"gate_proj", "up_proj", "down_proj"}
+    found = sorted({key.split(".mlp.")[1].split(".")[0] for key in state if ".mlp." in key} - dense)
+    if found:
+        named = [f"{key}={settings[key]!r}" for key in MOE_SETTINGS if settings.get(key)]
+        raise ValueError(
+            f"the feed-forward has {found[:4]} besides {sorted(dense)}: a mixture of experts "
+            f"(config: {', '.join(named) or 'no expert setting'}), which from_hf does not build"
+        )
 
 
 def _activation(settings: Mapping[str, Any]) -> str:
@@ -188,8 +221,8 @@ def _with_gains(hf_model: nn.Module, state: dict[str, Tensor]) -> dict[str, Tens
     offsets: dict[type, float] = {}
     for name, module in hf_model.named_modules():
         key = f"{name}.weight"
-        if "norm" not in name.rsplit(".", 1)[-1] or key not in state:
-            continue
+        if "norm" not in name.rsplit(".", 1)[-1] or key not in state or ".linear_attn." in key:
+            continue  # (a linear_attn's gated norm is its loader's: it reads the module)
         kind = type(module)
         if kind not in offsets:
             offsets[kind] = _gain_offset(module)
@@ -230,7 +263,8 @@ def _copy(
         for proj in ("gate_proj", "up_proj", "down_proj"):
             pairs[f"model.layers.{i}.mlp.{proj}.weight"] = f"trf_blocks.{i}.ff.{proj}.weight"
     read = set(pairs) | {"lm_head.weight"} if tied else set(pairs)
-    unread = sorted(key for key in state if key not in read and ".self_attn." not in key)
+    unread = sorted(key for key in state if key not in read and ".self_attn." not in key
+                    and ".linear_attn." not in key)  # fmt: skip
     missing = sorted(key for key in pairs if key not in state)
     if unread or missing:
         raise ValueError(

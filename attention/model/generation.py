@@ -453,8 +453,9 @@ def _check_static(model: GPTModel, static: object) -> bool:
         return model.tok_emb.weight.device.type == "cuda" and supports_static(model)
     check_flag("static", static)
     if static and not supports_static(model):
-        raise ValueError("static=True: this model has a score modifier without an additive "
-                         "form (a soft cap), which on CUDA takes FlexAttention, not a CUDA "
+        raise ValueError("static=True: this model has a linear-attention layer (its state "
+                         "has no static step) or, on CUDA, a score modifier without an "
+                         "additive form (a soft cap), which takes FlexAttention, not a CUDA "
                          "graph; pass static=False")  # fmt: skip
     return bool(static)
 

@@ -55,6 +55,7 @@ from attention.checks import (
 )
 from attention.layer.arguments import check_documents
 from attention.layer.cache import KVCache
+from attention.layer.gated_delta import GatedDeltaState
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.tokens import Tokens, queries
 
@@ -342,10 +343,11 @@ class GPTModel(nn.Module):
         if not isinstance(caches, list | tuple) or len(caches) != len(blocks):
             raise ValueError(f"caches must be a list of one KVCache per block ({len(blocks)}), "
                              f"got {caches!r:.60}")  # fmt: skip
-        if not all(isinstance(cache, KVCache) for cache in caches):
+        if not all(isinstance(cache, KVCache | GatedDeltaState) for cache in caches):
             kinds = [type(cache).__name__ for cache in caches]
             raise TypeError(
-                f"caches must hold one KVCache per block (from init_caches), got {kinds}"
+                "caches must hold one cache per block (a KVCache, or a linear layer's "
+                f"GatedDeltaState; from init_caches), got {kinds}"
             )
         if len({id(cache) for cache in caches}) != len(caches):
             raise ValueError("caches must be distinct KVCache objects, one per block (from "

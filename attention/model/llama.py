@@ -106,6 +106,8 @@ def _llama_slots(
     `att` has them and `gains` (Llama 4's norm has none)."""
     pairs = [("q_proj", att.W_query), ("k_proj", att.W_key), ("v_proj", att.W_value),
              ("o_proj", att.out_proj)]  # fmt: skip
+    if att.W_gate is not None:  # Qwen3-Next: the gate's rows, split from q_proj's
+        pairs.append(("gate", att.W_gate))
     slots: list[tuple[str, Tensor | None, tuple[int, ...]]] = []
     for name, linear in pairs:
         slots.append((f"{name}.weight", linear.weight, tuple(linear.weight.shape)))
@@ -213,9 +215,10 @@ def attention_from_llama(
     like = check_tensor(prefix + name, like, floating=True)
     qkv_bias = spec.bias or "q_proj.bias" in state  # Qwen2: biases on q, k, v only
     qk_norm = "head" if spec.l2_qk_norm else _qk_norm(state, spec, prefix)
+    gated = _split_gate(state, spec)
     # built for real, not on the meta device: RotaryTable keeps its frequencies in a plain
     # tensor attribute, which to_empty() would leave on the meta device
-    att = _layer(spec, qkv_bias, qk_norm, _norm_eps(config))
+    att = _layer(spec, qkv_bias, qk_norm, _norm_eps(config), output_gate=gated)
     att = att.to(dtype=like.dtype, device=like.device).eval()
     if spec.l2_qk_norm:  # Llama 4's norm has no gains: ours stay at one, and are not trained
         for norm in (att.q_norm, att.k_norm):
@@ -245,6 +248,20 @@ def attention_from_llama(
     return att
 
 
+def _split_gate(state: dict[str, Any], spec: LlamaLayer) -> bool:
+    """Qwen3-Next's gated attention: a `q_proj` twice `num_heads * head_dim` wide, each
+    head's query rows then its gate's, is split in `state` into `q_proj` and `gate`."""
+    weight, heads, d_h = state.get("q_proj.weight"), spec.num_heads, spec.head_dim
+    if not isinstance(weight, Tensor) or weight.ndim != 2 or weight.shape[0] != 2 * heads * d_h:
+        return False
+    for name in ("weight", "bias"):
+        if f"q_proj.{name}" in state:  # (h * 2 * d_h, ...) -> (h, [query, gate], d_h, ...)
+            rows = state[f"q_proj.{name}"].unflatten(0, (heads, 2, d_h))
+            state[f"q_proj.{name}"] = rows[:, 0].flatten(0, 1)  # (h * d_h, ...)
+            state[f"gate.{name}"] = rows[:, 1].flatten(0, 1)  # (h * d_h, ...)
+    return True
+
+
 def _qk_norm(state: Mapping[str, Tensor], spec: LlamaLayer, prefix: str) -> QKNormKind | None:
     """QK-norm where the state dict has its gains: `"head"` where `q_norm.weight` is `d_h`
     wide (Qwen3, Gemma 3), `"projection"` where it is `h d_h` wide (OLMo 2)."""
@@ -270,7 +287,12 @@ def _norm_eps(config: object) -> float:
 
 
 def _layer(
-    spec: LlamaLayer, qkv_bias: bool, qk_norm: QKNormKind | None = None, eps: float = 1e-6
+    spec: LlamaLayer,
+    qkv_bias: bool,
+    qk_norm: QKNormKind | None = None,
+    eps: float = 1e-6,
+    *,
+    output_gate: bool = False,
 ) -> MultiHeadAttention:
     """The `MultiHeadAttention` that computes `spec`: its mask, RoPE, scale and modifiers."""
     mask = None if spec.chunk is None else chunks(spec.chunk)
@@ -293,6 +315,7 @@ def _layer(
         qk_norm=qk_norm,
         qk_norm_eps=eps,
         out_features=spec.hidden_size,
+        output_gate=output_gate,
     )
 
 
@@ -313,6 +336,7 @@ def _check_llama_like(att: object) -> MultiHeadAttention:
             (f"mask {att.rule!r}", att.rule != from_flags(True, att.window, 0)),
             (f"d_in={att.d_in} != d_out={att.d_out}", att.d_in != att.d_out),
             (f"out_features={att.out_features}", att.out_features != att.d_out),
+            ("an output gate (output_gate)", att.W_gate is not None),
         ]
         if bad
     ]

@@ -32,6 +32,11 @@ embeddings by $\sqrt{d}$ and may soft-cap the logits, $c \tanh(z / c)$.
 head differ, and each layer's attention is given on its own (a window here, no RoPE there).
 [`from_hf`][attention.model.from_hf.from_hf] builds one from transformers' models.
 
+A layer may also be linear attention: a [`GatedDeltaNet`][attention.layer.gated_delta.GatedDeltaNet]
+(Qwen3-Next's, three layers in four), whose cache is its state, of a fixed size
+([`GatedDeltaState`][attention.layer.gated_delta.GatedDeltaState]); with softmax layers that
+gate their output (`output_gate=True`), this is Qwen3-Next's model with a dense feed-forward.
+
 Examples:
     >>> cfg = {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "hidden_dim": 48,
     ...        "n_layers": 2, "layers": [{"num_heads": 4, "num_kv_heads": 2, "rope": True}] * 2}
@@ -57,6 +62,7 @@ from torch import Tensor, nn
 
 from attention.checks import check_config, check_flag, check_positive, check_size
 from attention.layer.cache import KVCache
+from attention.layer.gated_delta import GatedDeltaNet, GatedDeltaState
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.positions import RotaryTable
 from attention.layer.qk_norm import RMSNorm
@@ -119,10 +125,11 @@ class LlamaBlock(nn.Module):
             `act`, `norm_eps`, `norms`).
         layer: this layer's attention: a `MultiHeadAttention` (`emb_dim` wide), or its
             keyword arguments (its heads, RoPE, window, QK-norm, ...), to which the block adds
-            `d_in`, `d_out`, `context_length`, `dropout=0` and `causal=True`.
+            `d_in`, `d_out`, `context_length`, `dropout=0` and `causal=True`; or a
+            `GatedDeltaNet` (`emb_dim` wide): linear attention, whose cache is its state.
 
     Attributes:
-        att: the `MultiHeadAttention`.
+        att: the `MultiHeadAttention` or `GatedDeltaNet`.
         ff: the `SwiGLU`.
         norm1: the norm before the attention (None in a post-norm block).
         norm2: the norm before the feed-forward (None in a post-norm block).
@@ -135,11 +142,13 @@ class LlamaBlock(nn.Module):
     ) -> None:
         super().__init__()
         d, eps, norms = cfg["emb_dim"], cfg.get("norm_eps", 1e-6), cfg.get("norms", "pre")
-        if isinstance(layer, MultiHeadAttention):
-            if (layer.d_in, layer.out_features) != (d, d):
+        self.att: MultiHeadAttention | GatedDeltaNet
+        if isinstance(layer, MultiHeadAttention | GatedDeltaNet):
+            out = layer.out_proj.out_features
+            if (layer.d_in, out) != (d, d):
                 raise ValueError(
                     f"a layer's attention must map emb_dim={d} to {d}, got d_in={layer.d_in}, "
-                    f"out_features={layer.out_features}"
+                    f"out_features={out}"
                 )
             self.att = layer
         elif isinstance(layer, Mapping):
@@ -148,8 +157,8 @@ class LlamaBlock(nn.Module):
             )
         else:
             raise TypeError(
-                "each of cfg's layers must be a MultiHeadAttention or a dict of its keyword "
-                f"arguments, got {type(layer).__name__}"
+                "each of cfg's layers must be a MultiHeadAttention, a dict of its keyword "
+                f"arguments or a GatedDeltaNet, got {type(layer).__name__}"
             )
         self.ff = SwiGLU(d, cfg["hidden_dim"], cfg.get("act", "silu"))
         pre, post = norms in ("pre", "sandwich"), norms in ("sandwich", "post")
@@ -169,11 +178,20 @@ class LlamaBlock(nn.Module):
         positions: Tensor | None = None,
         angles: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; `TransformerBlock.forward`'s arguments."""
+        """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; `TransformerBlock.forward`'s arguments.
+
+        Raises:
+            NotImplementedError: a linear-attention layer given padding, documents, or asked
+                for its weights (it has no softmax weights).
+        """
         h: Tensor = x if self.norm1 is None else self.norm1(x)  # (b, T, emb_dim)
         kwargs = {"cache": cache, "document_ids": documents, "positions": positions,
                   "angles": angles}  # fmt: skip
-        if self.record is None:
+        if isinstance(self.att, GatedDeltaNet):
+            _check_linear(padded, documents, self.record)
+            assert cache is None or isinstance(cache, GatedDeltaState)  # checked by the model
+            h = self.att(h, state=cache)  # positions: none enter a linear layer
+        elif self.record is None:
             h = self.att(h, padded, **kwargs)
         else:  # GPTModel.attention_weights
             h, weights = self.att(h, padded, True, **kwargs)
@@ -185,6 +203,17 @@ class LlamaBlock(nn.Module):
         if self.post_ff_norm is not None:
             h = self.post_ff_norm(h)
         return x + h  # the feed-forward's branch
+
+
+def _check_linear(padded: Tensor | None, documents: Tensor | None, record: object) -> None:
+    """Refuse what a Gated DeltaNet layer here does not take, by name."""
+    if padded is not None or documents is not None:
+        raise NotImplementedError(
+            "a GatedDeltaNet layer takes no attention_mask or document_ids here: its state "
+            "reads every token in order (run each sequence unpadded)"
+        )
+    if record is not None:
+        raise NotImplementedError("a GatedDeltaNet layer has no softmax weights to return")
 
 
 def _check_config(cfg: Mapping[str, Any]) -> None:

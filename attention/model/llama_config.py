@@ -93,6 +93,9 @@ ELSEWHERE = {
         "interleave_moe_layer_step", "output_router_logits", "router_aux_loss_coef",
         "router_jitter_noise", "pretraining_tp"},
     "norms and residuals": {"rms_norm_eps", "layer_norm_eps", "residual_multiplier"},
+    "linear-attention layers (Qwen3-Next's Gated DeltaNet, read by its own loader)": {
+        "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+        "linear_num_key_heads", "linear_num_value_heads"},
     "the config's bookkeeping": {
         "architectures", "chunk_size_feed_forward", "dtype", "torch_dtype", "id2label",
         "label2id", "is_encoder_decoder", "output_attentions", "output_hidden_states",
@@ -108,8 +111,8 @@ ATTENTION_WORDS = re.compile(
 """An unknown setting whose name has one of these words concerns attention."""
 
 ROTATE_HALF = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-    "granite", "smollm3", "olmo", "olmo2", "starcoder2", "phi3"})  # fmt: skip
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_next", "gemma", "gemma2",
+    "gemma3_text", "granite", "smollm3", "olmo", "olmo2", "starcoder2", "phi3"})  # fmt: skip
 """Families whose modeling file rotates halves, as `MultiHeadAttention` does."""
 
 INTERLEAVED = frozenset({"helium", "ernie4_5", "ernie4_5_moe", "cohere", "llama4_text"})

@@ -78,6 +78,8 @@ class RingAttention(nn.Module):
         out = ring_attention(q, k, v, positions, mask=spec.mask, score_mods=spec.score_mods,
                              group=self.group)  # fmt: skip
         out = out.transpose(1, 2).reshape(b, num_tokens, self.att.d_out)  # (b, T, d_out)
+        if self.att.W_gate is not None:  # output_gate: heads * sigma(x W_g), as the layer
+            out = out * torch.sigmoid(self.att.W_gate(x))
         result: Tensor = self.att.out_proj(out)
         return result
 

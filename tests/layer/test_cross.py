@@ -111,7 +111,8 @@ def test_cross_attention_widths_need_a_module_that_can_cross_attend() -> None:
 @pytest.mark.parametrize(
     ("extra", "call", "error", "match"),
     [
-        ({"causal": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"cross-attention .* needs causal=False, rope=False, no sink logit, mask or score modifier; this module has causal=True"),
+        ({"causal": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"cross-attention .* needs causal=False, rope=False, no sink logit, output gate, mask or score modifier; this module has causal=True"),
+        ({"output_gate": True}, {"key": "k", "value": "v"}, ValueError, r"this module has causal=False, rope=False, sink_logit=False, output_gate=True"),
         ({"rope": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"this module has causal=False, rope=True"),
         ({}, {"key": torch.randn(3, S, 11, dtype=torch.float64)}, ValueError, r"key must have shape \(batch, num_keys, kdim\) = \(3, num_keys, 12\), got \(3, 9, 11\)"),
         ({}, {"key": "k", "value": torch.randn(2, S, 7, dtype=torch.float64)}, ValueError, r"value must have shape \(batch, num_keys, vdim\) = \(3, num_keys, 7\), got \(2, 9, 7\)"),

@@ -284,7 +284,10 @@ def test_sampling_arguments_and_shared_caches_are_refused_by_name() -> None:
     cache = model.trf_blocks[0].att.init_cache(1, 8)  # type: ignore[operator]
     with pytest.raises(ValueError, match=r"caches must be distinct KVCache objects"):
         model(prompt, caches=[cache, cache])
-    with pytest.raises(TypeError, match=r"caches must hold one KVCache per block"):
+    with pytest.raises(
+        TypeError,
+        match=r"caches must hold one cache per block \(a KVCache, or a linear layer's GatedDeltaState",
+    ):
         model(prompt, caches=[None, None])  # type: ignore[list-item]
     assert generate(model, prompt[:0], 3).shape == (0, 2)  # no row: nothing to write
 

@@ -42,3 +42,22 @@ def test_ring_attention_refuses_what_it_cannot_compute() -> None:
     ring = RingAttention(MultiHeadAttention(8, 8, 4, dropout=0.0, num_heads=2))
     with pytest.raises(ValueError, match="needs positions"):
         ring(torch.zeros(1, 4, 8))
+
+
+def test_ring_attention_gates_its_output_as_the_layer_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One process: the ring's exchange replaced by causal attention over the local keys, so
+    what is tested is the wrapper around it (projections, output gate, `out_proj`)."""
+
+    def local(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: object, **__: object):  # type: ignore[no-untyped-def]
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    monkeypatch.setattr("attention.parallel.training.ring_attention", local)
+    torch.manual_seed(0)
+    att = MultiHeadAttention(8, 8, 6, 0.0, num_heads=4, num_kv_heads=2, rope=True,
+                             output_gate=True).double()  # fmt: skip
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    positions = torch.arange(6).expand(2, 6)
+    out = RingAttention(att)(x, positions=positions)
+    torch.testing.assert_close(out, att(x), rtol=0, atol=1e-12)
