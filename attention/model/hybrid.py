@@ -57,7 +57,8 @@ LAYER_TYPES = ("full_attention", "linear_attention")
 
 _NO_CACHE = (
     "a linear-attention layer keeps a (head_dim, head_dim) state per head, not a KVCache, and "
-    "the hybrid's cached decoding is not written: run the model on the whole sequence"
+    "this hybrid's cached decoding is not written: run the model on the whole sequence (a "
+    "LlamaModel whose linear layers are GatedDeltaNet decodes with their states)"
 )
 
 

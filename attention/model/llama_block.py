@@ -304,6 +304,8 @@ class LlamaModel(GPTModel):
     ) -> Tensor:
         """`GPTModel.logits` with each layer's own RoPE (or none), and Gemma's soft cap."""
         pad = None if attention_mask is None else attention_mask == 0  # (b, T): True = padding
+        if any(isinstance(block.att, GatedDeltaNet) for block in self.blocks):
+            _check_linear(pad, document_ids, None)  # before any cache takes the chunk
         tokens = self.positions(in_idx, caches, pad, positions)  # once, for every block
         x = self.embed(in_idx)
         made: dict[int, tuple[Tensor, Tensor]] = {}  # each table's cos and sin, made once
