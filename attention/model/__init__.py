@@ -3,7 +3,10 @@
 - [`attention.model.gpt`][attention.model.gpt]: `GPTModel`, its blocks, norms and
   feed-forward.
 - [`attention.model.llama_block`][attention.model.llama_block]: the Llama block (RMSNorm,
-  SwiGLU, no biases) and `LlamaModel`, a `GPTModel` of them.
+  SwiGLU or a mixture of experts, no biases; softmax or Gated DeltaNet attention) and
+  `LlamaModel`, a `GPTModel` of them.
+- [`attention.model.experts`][attention.model.experts]: `MixtureOfExperts`, the top-k
+  feed-forward of Mixtral, Qwen3-MoE and Qwen3-Next.
 - [`attention.model.hybrid`][attention.model.hybrid]: `HybridGPTModel`, a `GPTModel` whose
   layers mix softmax and linear attention by its config (Qwen3-Next's `layer_types`).
 - [`attention.model.generation`][attention.model.generation]: writing text with it: the
@@ -22,7 +25,8 @@
 - [`attention.model.llama`][attention.model.llama]: one Llama, Mistral, Qwen2, Gemma 2,
   Granite, SmolLM3, Helium, Ernie 4.5, Cohere or Llama 4 attention layer in and out.
 - [`attention.model.from_hf`][attention.model.from_hf]: whole Llama-family models from
-  transformers (`attention.from_hf`), every setting read or refused.
+  transformers (`attention.from_hf`; Qwen3-Next's hybrid and the mixtures of experts too),
+  every setting read or refused.
 - [`attention.model.checkpoints`][attention.model.checkpoints]: all of the above by one import.
 - [`attention.model.shapes`][attention.model.shapes]: published models' shapes, for the cache
   and parameter arithmetic.

@@ -18,8 +18,11 @@ refused by name:
   $x/\operatorname{rms}(x) \cdot g$ (Llama) or $x/\operatorname{rms}(x) \cdot (1 + g)$
   (Gemma, whose gains are then stored as $1 + g$); anything else is refused;
 - **the feed-forward**: `gate_proj`, `up_proj`, `down_proj` with `hidden_act` (or Gemma's
-  `hidden_activation`); a mixture of experts, `mlp_bias`, and Granite's and Cohere's
-  multipliers are refused by name;
+  `hidden_activation`), or, layer by layer, a top-k mixture of experts
+  ([`MixtureOfExperts`][attention.model.experts.MixtureOfExperts]: a router `gate` whose
+  weights are run on a probe, stacked `experts`, a gated `shared_expert`: Mixtral,
+  Qwen3-MoE, Qwen3-Next); another mixture (DeepSeek-V3's grouped routing, Llama 4's),
+  `mlp_bias`, and Granite's and Cohere's multipliers are refused by name;
 - **embeddings and head**: Gemma's `embed_scale`, a tied or untied `lm_head`,
   `final_logit_softcapping`;
 - **every tensor** of the state dict must be read: one left over is refused, named.
@@ -49,7 +52,7 @@ from attention.layer.multihead import MultiHeadAttention
 from attention.model.llama import attention_from_llama
 from attention.model.llama_block import ACTIVATIONS, LlamaModel
 
-__all__ = ["MODULES", "MOE_SETTINGS", "MULTIPLIERS", "from_hf"]
+__all__ = ["MODULES", "MULTIPLIERS", "from_hf"]
 
 MODULES: dict[str, Callable[[nn.Module], nn.Module]] = {
     "Qwen3NextGatedDeltaNet": gated_delta.from_transformers,
@@ -58,9 +61,8 @@ MODULES: dict[str, Callable[[nn.Module], nn.Module]] = {
 """One attention module of a transformers model, by its class's name -> the function that
 returns the package's layer with its weights."""
 
-MOE_SETTINGS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_layers",
-                "moe_intermediate_size", "num_experts_per_tok")  # fmt: skip
-"""Settings of a mixture-of-experts feed-forward, which is not built here."""
+_DENSE = {"gate_proj", "up_proj", "down_proj"}
+_MIXTURE = ("gate", "experts", "shared_expert", "shared_expert_gate")
 
 MULTIPLIERS = ("embedding_multiplier", "logits_scaling", "logit_scale", "residual_multiplier")
 """Granite's and Cohere's scalings of the embeddings, logits and residuals: refused unless 1."""
@@ -110,7 +112,6 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
     settings: dict[str, Any] = config.to_dict()  # type: ignore[union-attr]
     _refuse(settings)
     state = _with_gains(hf_model, dict(hf_model.state_dict()))
-    _refuse_experts(state, settings)
     n_layers = int(settings["num_hidden_layers"])
     placement, names = _placement(state)
     layers = [_attention(hf_model, state, config, i) for i in range(n_layers)]
@@ -125,7 +126,8 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
            "n_layers": n_layers, "layers": layers, "act": _activation(settings),
            "norm_eps": settings.get("rms_norm_eps") or 1e-6, "norms": placement,
            "tie_embeddings": tied, "embed_scale": None if scale is None else float(scale),
-           "final_softcap": settings.get("final_logit_softcapping")}  # fmt: skip
+           "final_softcap": settings.get("final_logit_softcapping"),
+           "experts": [_experts(hf_model, state, i) for i in range(n_layers)]}  # fmt: skip
     like = next(layers[0].parameters())
     model = LlamaModel(cfg).to(dtype=like.dtype, device=like.device).eval()
     _copy(model, state, names, n_layers, tied)
@@ -170,17 +172,57 @@ def _refuse(settings: Mapping[str, Any]) -> None:
     _activation(settings)
 
 
-def _refuse_experts(state: Mapping[str, Tensor], settings: Mapping[str, Any]) -> None:
-    """Refuse a feed-forward with more than `gate_proj`, `up_proj`, `down_proj`: a mixture of
-    experts (a config may set expert counts that no layer uses: Qwen3-Next's `num_experts=0`)."""
-    dense = {"gate_proj", "up_proj", "down_proj"}
-    found = sorted({key.split(".mlp.")[1].split(".")[0] for key in state if ".mlp." in key} - dense)
-    if found:
-        named = [f"{key}={settings[key]!r}" for key in MOE_SETTINGS if settings.get(key)]
+def _experts(hf_model: nn.Module, state: Mapping[str, Tensor], i: int) -> dict[str, Any] | None:
+    """Decoder layer `i`'s feed-forward: None where it is `gate_proj`, `up_proj`, `down_proj`;
+    a [`MixtureOfExperts`][attention.model.experts.MixtureOfExperts]' settings where its `mlp`
+    is a router `gate` and stacked `experts` (and optionally a `shared_expert` and its
+    `shared_expert_gate`: Mixtral, Qwen3-MoE, Qwen3-Next); refused by name otherwise."""
+    prefix = f"model.layers.{i}.mlp."
+    parts = {key.removeprefix(prefix).split(".")[0] for key in state if key.startswith(prefix)}
+    if parts <= _DENSE:  # (one missing, or no mlp at all: the copy names what it misses)
+        return None
+    mlp = hf_model.get_submodule(prefix[:-1])
+    router, experts = getattr(mlp, "gate", None), getattr(mlp, "experts", None)
+    weights = [getattr(module, name, None) for module, name in (
+        (router, "weight"), (experts, "gate_up_proj"), (experts, "down_proj"))]  # fmt: skip
+    if not ({"gate", "experts"} <= parts <= set(_MIXTURE)) or not all(
+        isinstance(w, Tensor) for w in weights
+    ):
         raise ValueError(
-            f"the feed-forward has {found[:4]} besides {sorted(dense)}: a mixture of experts "
-            f"(config: {', '.join(named) or 'no expert setting'}), which from_hf does not build"
+            f"layer {i}'s feed-forward {type(mlp).__name__} has {sorted(parts)}: a mixture of "
+            f"experts from_hf does not build (it builds {list(_MIXTURE)}, the first two needed)"
         )
+    num_experts, hidden2, _ = weights[1].shape  # type: ignore[union-attr]
+    top_k = int(getattr(router, "top_k", 0))
+    shared = state.get(prefix + "shared_expert.gate_proj.weight")
+    return {"num_experts": int(num_experts), "top_k": top_k, "hidden_dim": int(hidden2) // 2,
+            "normalize": _normalizes(router, top_k, i),  # type: ignore[arg-type]
+            "shared_dim": None if shared is None else int(shared.shape[0]),
+            "shared_gate": "shared_expert_gate" in parts}  # fmt: skip
+
+
+def _normalizes(router: nn.Module, top_k: int, i: int) -> bool:
+    """Whether transformers' `router` divides its top-k softmax weights by their sum: found by
+    running it on a probe; a router that computes neither is refused."""
+    weight: Tensor = getattr(router, "weight").detach()  # noqa: B009
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(6, weight.shape[1], generator=generator).to(weight.device, weight.dtype)
+    with torch.no_grad():
+        out = router(x)
+    if isinstance(out, tuple) and len(out) == 3 and 0 < top_k <= weight.shape[0]:
+        _, scores, chosen = out
+        probs = torch.softmax(x.double() @ weight.double().T, dim=-1)  # (6, E)
+        top = probs.gather(-1, chosen.long())  # the weights of the experts it chose
+        same = torch.equal(chosen.sort(-1).values, probs.topk(top_k).indices.sort(-1).values)
+        tolerance = 1e-6 if weight.dtype in (torch.float32, torch.float64) else 3e-2
+        for normalize in (False, True):
+            want = top / top.sum(-1, keepdim=True) if normalize else top
+            if same and float((scores.double() - want).abs().max()) <= tolerance:
+                return normalize
+    raise ValueError(
+        f"layer {i}'s router {type(router).__name__} computes neither the top-k of "
+        "softmax(W_r x) nor those weights divided by their sum: from_hf does not apply it"
+    )
 
 
 def _activation(settings: Mapping[str, Any]) -> str:
@@ -260,8 +302,9 @@ def _copy(
     for i in range(n_layers):
         for hf, name in names.items():
             pairs[f"model.layers.{i}.{hf}.weight"] = f"trf_blocks.{i}.{name}.weight"
-        for proj in ("gate_proj", "up_proj", "down_proj"):
-            pairs[f"model.layers.{i}.mlp.{proj}.weight"] = f"trf_blocks.{i}.ff.{proj}.weight"
+        ff = model.blocks[i].ff  # a SwiGLU's three weights, or a mixture's: the same names
+        for name, _ in ff.named_parameters():
+            pairs[f"model.layers.{i}.mlp.{name}"] = f"trf_blocks.{i}.ff.{name}"
     read = set(pairs) | {"lm_head.weight"} if tied else set(pairs)
     unread = sorted(key for key in state if key not in read and ".self_attn." not in key
                     and ".linear_attn." not in key)  # fmt: skip

@@ -66,6 +66,7 @@ from attention.layer.gated_delta import GatedDeltaNet, GatedDeltaState
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.positions import RotaryTable
 from attention.layer.qk_norm import RMSNorm
+from attention.model.experts import MixtureOfExperts
 from attention.model.gpt import GPTModel
 
 __all__ = ["ACTIVATIONS", "NORMS", "LlamaBlock", "LlamaModel", "SwiGLU"]
@@ -87,7 +88,9 @@ NORMS = ("pre", "sandwich", "post")
 """Where a block's norms sit: before each branch, before and after, after only."""
 
 _REQUIRED = ("vocab_size", "context_length", "emb_dim", "hidden_dim", "n_layers", "layers")
-_OPTIONAL = ("act", "norm_eps", "norms", "tie_embeddings", "embed_scale", "final_softcap")
+_OPTIONAL = ("act", "norm_eps", "norms", "tie_embeddings", "embed_scale", "final_softcap",
+             "experts")  # fmt: skip
+_EXPERT_KEYS = ("num_experts", "top_k", "hidden_dim", "normalize", "shared_dim", "shared_gate")
 
 
 class SwiGLU(nn.Module):
@@ -127,10 +130,14 @@ class LlamaBlock(nn.Module):
             keyword arguments (its heads, RoPE, window, QK-norm, ...), to which the block adds
             `d_in`, `d_out`, `context_length`, `dropout=0` and `causal=True`; or a
             `GatedDeltaNet` (`emb_dim` wide): linear attention, whose cache is its state.
+        experts: this layer's feed-forward as a mixture of experts: `num_experts`, `top_k`,
+            `hidden_dim` (each expert's), and optionally `normalize` (True), `shared_dim` (a
+            shared expert's width) and `shared_gate`; None: one `SwiGLU` of `cfg`'s
+            `hidden_dim`.
 
     Attributes:
         att: the `MultiHeadAttention` or `GatedDeltaNet`.
-        ff: the `SwiGLU`.
+        ff: the `SwiGLU`, or the `MixtureOfExperts`.
         norm1: the norm before the attention (None in a post-norm block).
         norm2: the norm before the feed-forward (None in a post-norm block).
         post_att_norm: the norm on the attention's output (sandwich, post), else None.
@@ -138,7 +145,10 @@ class LlamaBlock(nn.Module):
     """
 
     def __init__(
-        self, cfg: Mapping[str, Any], layer: MultiHeadAttention | Mapping[str, Any]
+        self,
+        cfg: Mapping[str, Any],
+        layer: MultiHeadAttention | GatedDeltaNet | Mapping[str, Any],
+        experts: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         d, eps, norms = cfg["emb_dim"], cfg.get("norm_eps", 1e-6), cfg.get("norms", "pre")
@@ -160,7 +170,7 @@ class LlamaBlock(nn.Module):
                 "each of cfg's layers must be a MultiHeadAttention, a dict of its keyword "
                 f"arguments or a GatedDeltaNet, got {type(layer).__name__}"
             )
-        self.ff = SwiGLU(d, cfg["hidden_dim"], cfg.get("act", "silu"))
+        self.ff: SwiGLU | MixtureOfExperts = _feed_forward(cfg, experts)
         pre, post = norms in ("pre", "sandwich"), norms in ("sandwich", "post")
         self.norm1: RMSNorm | None = RMSNorm(d, eps) if pre else None
         self.norm2: RMSNorm | None = RMSNorm(d, eps) if pre else None
@@ -205,6 +215,27 @@ class LlamaBlock(nn.Module):
         return x + h  # the feed-forward's branch
 
 
+def _feed_forward(
+    cfg: Mapping[str, Any], experts: Mapping[str, Any] | None
+) -> SwiGLU | MixtureOfExperts:
+    """A layer's feed-forward: `cfg`'s SwiGLU, or the mixture of experts `experts` names."""
+    d, act = cfg["emb_dim"], cfg.get("act", "silu")
+    if act not in ACTIVATIONS:
+        raise ValueError(f"act must be one of {', '.join(ACTIVATIONS)}, got {act!r}")
+    if experts is None:
+        return SwiGLU(d, cfg["hidden_dim"], act)
+    unknown = sorted(set(experts) - set(_EXPERT_KEYS))
+    if unknown:
+        raise ValueError(f"cfg's experts have unknown keys {unknown}; known: {_EXPERT_KEYS}")
+    shared = experts.get("shared_dim")
+    return MixtureOfExperts(
+        d, experts["hidden_dim"], experts["num_experts"], experts["top_k"],
+        act=ACTIVATIONS[act], normalize=experts.get("normalize", True),
+        shared_expert=None if shared is None else SwiGLU(d, shared, act),
+        shared_gate=experts.get("shared_gate", False),
+    )  # fmt: skip
+
+
 def _check_linear(padded: Tensor | None, documents: Tensor | None, record: object) -> None:
     """Refuse what a Gated DeltaNet layer here does not take, by name."""
     if padded is not None or documents is not None:
@@ -226,6 +257,15 @@ def _check_config(cfg: Mapping[str, Any]) -> None:
             f"cfg's layers must be a list of n_layers={cfg['n_layers']} dicts (each layer's "
             f"attention), got {layers!r:.60}"
         )
+    experts = cfg.get("experts")
+    if experts is not None and (
+        not isinstance(experts, list | tuple) or len(experts) != cfg["n_layers"]
+        or not all(e is None or isinstance(e, Mapping) for e in experts)
+    ):  # fmt: skip
+        raise ValueError(
+            f"cfg's experts must be a list of n_layers={cfg['n_layers']} entries, each None "
+            f"(a SwiGLU) or a dict of a mixture of experts' settings, got {experts!r:.60}"
+        )
     if cfg.get("norms", "pre") not in NORMS:
         raise ValueError(f"cfg's norms must be one of {', '.join(NORMS)}, got {cfg['norms']!r}")
     check_flag("tie_embeddings", cfg.get("tie_embeddings", False))
@@ -243,7 +283,8 @@ class LlamaModel(GPTModel):
             or a dict of its keyword arguments), and optionally `act` (default `silu`),
             `norm_eps` (1e-6), `norms` (`pre`, `sandwich` or `post`), `tie_embeddings`
             (the head is the embedding),
-            `embed_scale` (Gemma's $\\sqrt{d}$) and `final_softcap` (Gemma 2's).
+            `embed_scale` (Gemma's $\\sqrt{d}$), `final_softcap` (Gemma 2's) and `experts`
+            (one per layer: None, or a mixture of experts' settings, as `LlamaBlock` takes).
 
     Attributes:
         tok_emb: `nn.Embedding(vocab_size, emb_dim)`.
@@ -267,7 +308,9 @@ class LlamaModel(GPTModel):
         self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
         self.pos_emb = None
         self.drop_emb = nn.Dropout(0.0)
-        self.trf_blocks = nn.Sequential(*[LlamaBlock(cfg, layer) for layer in cfg["layers"]])
+        experts = cfg.get("experts") or [None] * cfg["n_layers"]
+        pairs = zip(cfg["layers"], experts, strict=True)
+        self.trf_blocks = nn.Sequential(*[LlamaBlock(cfg, layer, each) for layer, each in pairs])
         self.final_norm = RMSNorm(cfg["emb_dim"], cfg.get("norm_eps", 1e-6))  # type: ignore[assignment]
         self.out_head = nn.Linear(cfg["emb_dim"], cfg["vocab_size"], bias=False)
         if cfg.get("tie_embeddings", False):

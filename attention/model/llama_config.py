@@ -68,7 +68,7 @@ READ = {
     "sizes": {
         "model_type", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
         "num_hidden_layers", "max_position_embeddings"},
-    "projections": {"attention_bias", "use_bias", "attention_dropout"},
+    "projections": {"attention_bias", "use_bias", "qkv_bias", "attention_dropout"},
     "positions": {
         "rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor",
         "no_rope_layers", "no_rope_layer_interval"},
@@ -111,8 +111,9 @@ ATTENTION_WORDS = re.compile(
 """An unknown setting whose name has one of these words concerns attention."""
 
 ROTATE_HALF = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_next", "gemma", "gemma2",
-    "gemma3_text", "granite", "smollm3", "olmo", "olmo2", "starcoder2", "phi3"})  # fmt: skip
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+    "gemma", "gemma2", "gemma3_text", "granite", "smollm3", "olmo", "olmo2", "olmoe",
+    "starcoder2", "phi3"})  # fmt: skip
 """Families whose modeling file rotates halves, as `MultiHeadAttention` does."""
 
 INTERLEAVED = frozenset({"helium", "ernie4_5", "ernie4_5_moe", "cohere", "llama4_text"})

@@ -146,8 +146,6 @@ def _tiny(transformers: ModuleType, prefix: str, **settings: Any) -> Any:
                                        "original_max_position_embeddings": 16,
                                        "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}},
          "rope_type='longrope'"),
-        ("Qwen3Moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
-         "num_local_experts=4"),
         ("Granite", {"embedding_multiplier": 12.0}, "embedding_multiplier=12.0"),
         ("Cohere", {"logit_scale": 1.0}, "CohereLayerNorm computes neither"),
     ],

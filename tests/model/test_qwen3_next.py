@@ -136,12 +136,17 @@ def test_what_a_linear_layer_does_not_take_is_refused_by_name(transformers: Modu
 
 
 @SLOW
-def test_a_mixture_of_experts_is_refused_by_name(transformers: ModuleType) -> None:
-    theirs = tiny(transformers, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8)
-    with pytest.raises(
-        ValueError,
-        match=r"the feed-forward has \['experts', 'gate'.*a mixture of experts \(config: num_experts=2",
-    ):
+def test_a_mixture_of_experts_of_another_layout_is_refused_by_name(
+    transformers: ModuleType,
+) -> None:
+    theirs = tiny(transformers, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+                  shared_expert_intermediate_size=8)  # fmt: skip
+    mlp = theirs.model.layers[0].mlp  # DeepSeek's name for its shared experts
+    mlp.shared_experts = mlp.shared_expert
+    del mlp.shared_expert
+    with pytest.raises(ValueError, match=r"layer 0's feed-forward Qwen3NextSparseMoeBlock has "
+                       r"\['experts', 'gate', 'shared_expert_gate', 'shared_experts'\]: a mixture "
+                       "of experts from_hf does not build"):  # fmt: skip
         attention.from_hf(theirs)
 
 

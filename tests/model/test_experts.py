@@ -1,0 +1,149 @@
+"""The top-k mixture of experts: the definition, the work it skips, and whole Mixtral,
+Qwen2-MoE, Qwen3-MoE, OLMoE and Qwen3-Next models from transformers (float64)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.testing import assert_close
+
+import attention
+from attention.model.experts import MixtureOfExperts
+from attention.model.llama_block import LlamaModel, SwiGLU
+from tests.float64 import float64_casts
+
+D, H, E = 16, 24, 6
+
+
+def mixture(normalize: bool = True, shared: bool = True) -> MixtureOfExperts:
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(D, H, E, top_k=2, normalize=normalize,
+                           shared_expert=SwiGLU(D, 20) if shared else None,
+                           shared_gate=shared).double()  # fmt: skip
+    with torch.no_grad():
+        moe.gate.weight.mul_(3.0)  # routers that choose decisively
+    return moe
+
+
+def definition(moe: MixtureOfExperts, x: Tensor) -> Tensor:
+    """The module's equations, one token at a time, every expert computed."""
+    out = torch.zeros_like(x)
+    up_gate, down = moe.experts.gate_up_proj, moe.experts.down_proj
+    for n, token in enumerate(x):
+        p = torch.softmax(moe.gate.weight @ token, dim=0)  # (E,)
+        top = sorted(range(E), key=lambda e: -float(p[e].detach()))[: moe.top_k]
+        total = sum(p[e] for e in top) if moe.normalize else 1.0
+        for e in top:
+            g, u = (up_gate[e] @ token).chunk(2)
+            out[n] += p[e] / total * (down[e] @ (F.silu(g) * u))
+        if moe.shared_expert is not None:
+            assert moe.shared_expert_gate is not None
+            gate = torch.sigmoid(moe.shared_expert_gate.weight[0] @ token)
+            out[n] += gate * moe.shared_expert(token[None])[0]
+    return out
+
+
+@pytest.mark.parametrize(("normalize", "shared"), [(True, False), (False, True)])
+def test_equals_the_definition(normalize: bool, shared: bool) -> None:
+    moe = mixture(normalize, shared)
+    x = torch.randn(3, 5, D, dtype=torch.float64)
+    assert_close(moe(x), definition(moe, x.view(-1, D)).view(3, 5, D), rtol=0, atol=1e-12)
+
+
+def test_only_the_chosen_experts_run_on_only_their_tokens() -> None:
+    moe = mixture(shared=False)
+    with torch.no_grad():
+        moe.gate.weight.zero_()
+        moe.gate.weight[1, 0], moe.gate.weight[4, 0] = 50.0, 49.0  # token[0] > 0: experts 1, 4
+    x = torch.randn(40, D, dtype=torch.float64)
+    x[:, 0] = x[:, 0].abs() + 0.5
+    calls: list[tuple[int, int]] = []
+    run = moe.experts.run
+    moe.experts.run = lambda e, t: calls.append((e, t.shape[0])) or run(e, t)  # type: ignore[method-assign]
+    moe(x[None])
+    assert sorted(calls) == [(1, 40), (4, 40)]  # 2 of 6 experts ran, each once over its tokens
+
+
+def test_bad_settings_are_named() -> None:
+    with pytest.raises(ValueError, match="top_k must be at most num_experts=4, got 5"):
+        MixtureOfExperts(D, H, 4, top_k=5)
+    with pytest.raises(ValueError, match="shared_gate=True needs a shared_expert"):
+        MixtureOfExperts(D, H, 4, top_k=1, shared_gate=True)
+    cfg = {"vocab_size": 10, "context_length": 8, "emb_dim": D, "hidden_dim": H, "n_layers": 2,
+           "layers": [{"num_heads": 2, "rope": True}] * 2}  # fmt: skip
+    with pytest.raises(ValueError, match="cfg's experts must be a list of n_layers=2 entries"):
+        LlamaModel({**cfg, "experts": [None]})
+    with pytest.raises(ValueError, match=r"cfg's experts have unknown keys \['k'\]"):
+        LlamaModel({**cfg, "experts": [None, {"num_experts": 4, "top_k": 1, "hidden_dim": 8,
+                                               "k": 2}]})  # fmt: skip
+
+
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 50, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 48,
+         "max_position_embeddings": 64, "pad_token_id": None, "bos_token_id": None,
+         "eos_token_id": None}  # fmt: skip
+EXPERTS = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16}
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "mixtral": ("Mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2}),
+    "qwen2 moe": ("Qwen2Moe", {**EXPERTS, "shared_expert_intermediate_size": 24}),
+    "qwen3 moe": ("Qwen3Moe", {**EXPERTS, "norm_topk_prob": False}),
+    "qwen3 moe, normalised": ("Qwen3Moe", {**EXPERTS, "norm_topk_prob": True}),
+    "olmoe": ("Olmoe", EXPERTS),
+    "qwen3 next": ("Qwen3Next", {**EXPERTS, "shared_expert_intermediate_size": 24,
+                                 "num_hidden_layers": 4, "decoder_sparse_step": 2,
+                                 "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                 "linear_key_head_dim": 8, "linear_value_head_dim": 6}),
+}  # fmt: skip
+
+
+def hf_moe(transformers: ModuleType, family: str) -> Any:
+    prefix, extra = FAMILIES[family]
+    config = getattr(transformers, f"{prefix}Config")(**{**SMALL, **extra})
+    config._experts_implementation = "eager"  # the grouped kernel takes no float64
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{prefix}ForCausalLM")(config).double().eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "A_log" not in name:
+                param.copy_(torch.randn_like(param) * 0.3)
+    return model
+
+
+@pytest.mark.slow(seconds=4)
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_whole_mixture_models_equal_transformers(family: str) -> None:
+    transformers = pytest.importorskip("transformers", minversion="5.24")
+    ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), float64_casts(tensor_float=True):
+        theirs = hf_moe(transformers, family)  # RoPE's frequencies made in float64 too
+        ours = attention.from_hf(theirs)
+        want = theirs(ids).logits
+        assert_close(ours(ids), want, rtol=0, atol=1e-12 * float(want.abs().max()) + 1e-12)
+        tokens = attention.generate(ours, ids[:1, :4], max_new_tokens=6)
+        hf_tokens = theirs.generate(ids[:1, :4], max_new_tokens=6, do_sample=False)
+    assert torch.equal(tokens, hf_tokens)
+    kinds = {type(block.ff).__name__ for block in ours.blocks}
+    assert "MixtureOfExperts" in kinds
+    if family == "qwen3 next":  # decoder_sparse_step=2: layers 1 and 3 have experts
+        assert [type(b.ff).__name__ for b in ours.blocks] == ["SwiGLU", "MixtureOfExperts"] * 2
+
+
+@pytest.mark.slow(seconds=2)
+def test_a_router_of_another_rule_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    transformers = pytest.importorskip("transformers", minversion="5.24")
+    theirs = hf_moe(transformers, "mixtral")
+    router = type(theirs.model.layers[0].mlp.gate)
+
+    def sigmoid_router(self: Any, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        logits = F.linear(x, self.weight)
+        scores, chosen = torch.sigmoid(logits).topk(self.top_k, dim=-1)
+        return logits, scores, chosen
+
+    monkeypatch.setattr(router, "forward", sigmoid_router)
+    with pytest.raises(ValueError, match="layer 0's router MixtralTopKRouter computes neither"):
+        attention.from_hf(theirs)
