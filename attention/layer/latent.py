@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor, nn
@@ -87,7 +87,12 @@ from attention.layer.score_mods import ScoreMod, as_score_mods
 from attention.layer.spec import AttentionSpec, Specified
 from attention.layer.tokens import Tokens, queries
 
-__all__ = ["MultiHeadLatentAttention", "yarn_softmax_factor"]
+__all__ = [
+    "MultiHeadLatentAttention",
+    "from_hf_latent",
+    "hf_latent_settings",
+    "yarn_softmax_factor",
+]
 
 
 def yarn_softmax_factor(factor: float, mscale_all_dim: float) -> float:
@@ -484,3 +489,53 @@ def _halves(x: Tensor) -> Tensor:
     `apply_rotary_pos_emb_interleave` returns). Every query and key is permuted alike, so no
     score changes but for the rotation."""
     return torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1)
+
+
+def hf_latent_settings(module: nn.Module) -> dict[str, Any]:
+    """The keyword arguments of [`MultiHeadLatentAttention`][attention.layer.latent.MultiHeadLatentAttention]
+    that hold transformers' DeepSeek-V3 (or V3.2) attention module `module`, read from its
+    config and its norms.
+
+    Raises:
+        TypeError: `module` is not a transformers module with a config and `kv_a_proj_with_mqa`.
+        ValueError: a RoPE scaling other than none or YaRN (whose softmax factor is read;
+            its angles are the model's, given to the layer as `angles`).
+    """  # noqa: E501
+    config: Any = getattr(module, "config", None)
+    if config is None or not hasattr(module, "kv_a_proj_with_mqa"):
+        raise TypeError(f"module must be transformers' DeepSeek-V3 attention (a module with a "
+                        f"config and kv_a_proj_with_mqa), got {type(module).__name__}")  # fmt: skip
+    rope = dict(config.rope_parameters or {})
+    kind = rope.get("rope_type", "default")
+    if kind not in ("default", "yarn"):
+        raise ValueError(f"config.rope_parameters has rope_type={kind!r}; the latent layer's "
+                         "loader reads 'default' and 'yarn' (its softmax factor)")  # fmt: skip
+    factor = 1.0
+    if kind == "yarn":
+        factor = yarn_softmax_factor(float(rope["factor"]), float(rope.get("mscale_all_dim", 0)))
+    norm: Any = module.kv_a_layernorm
+    return {"d_in": config.hidden_size, "num_heads": config.num_attention_heads,
+            "context_length": config.max_position_embeddings,
+            "kv_lora_rank": config.kv_lora_rank, "qk_nope_head_dim": config.qk_nope_head_dim,
+            "qk_rope_head_dim": config.qk_rope_head_dim, "v_head_dim": config.v_head_dim,
+            "q_lora_rank": config.q_lora_rank, "qkv_bias": bool(config.attention_bias),
+            "rope_base": float(rope.get("rope_theta", 10000.0)),
+            "rope_interleave": bool(getattr(config, "rope_interleave", True)),
+            "softmax_factor": factor, "norm_eps": float(norm.variance_epsilon),
+            "dropout": float(config.attention_dropout)}  # fmt: skip
+
+
+def from_hf_latent(module: nn.Module) -> MultiHeadLatentAttention:
+    """transformers' DeepSeek-V3 attention module (`DeepseekV3Attention`, a layer's
+    `self_attn`) as a [`MultiHeadLatentAttention`][attention.layer.latent.MultiHeadLatentAttention]
+    with the same weights (copies), dtype, device and mode.
+
+    Raises:
+        TypeError: `module` is not a transformers DeepSeek-V3 attention module.
+        ValueError: a RoPE scaling other than none or YaRN.
+    """
+    settings = hf_latent_settings(module)
+    like: Tensor = getattr(module, "kv_a_proj_with_mqa").weight  # noqa: B009
+    layer = MultiHeadLatentAttention(**settings).to(device=like.device, dtype=like.dtype)
+    layer.load_state_dict(module.state_dict(), strict=True)
+    return layer.train(module.training)

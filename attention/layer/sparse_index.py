@@ -69,7 +69,7 @@ from torch import Tensor, nn
 
 from attention.checks import check_size, check_tensor
 from attention.layer.cache import KVCache
-from attention.layer.latent import MultiHeadLatentAttention, yarn_softmax_factor
+from attention.layer.latent import MultiHeadLatentAttention, hf_latent_settings
 from attention.layer.masks import Bounds, Mask
 from attention.layer.positions import rotate_with
 from attention.layer.tokens import Tokens, visible
@@ -386,25 +386,10 @@ def from_hf_sparse(module: nn.Module) -> SparseLatentAttention:
     if not isinstance(module, nn.Module) or not hasattr(module, "indexer") or config is None:
         raise TypeError(f"module must be transformers' DeepSeek-V3.2 attention (a module with "
                         f"a config and an indexer), got {type(module).__name__}")  # fmt: skip
-    rope = dict(config.rope_parameters or {})
-    kind = rope.get("rope_type", "default")
-    if kind not in ("default", "yarn"):
-        raise ValueError(f"config.rope_parameters has rope_type={kind!r}; from_hf_sparse reads "
-                         "'default' and 'yarn' (its softmax factor)")  # fmt: skip
-    factor = 1.0
-    if kind == "yarn":
-        factor = yarn_softmax_factor(float(rope["factor"]), float(rope.get("mscale_all_dim", 0)))
-    hf: Any = module
-    weight = hf.q_a_proj.weight
+    weight: Tensor = getattr(module, "q_a_proj").weight  # noqa: B009
     layer = SparseLatentAttention(
-        config.hidden_size, config.num_attention_heads, config.max_position_embeddings,
-        kv_lora_rank=config.kv_lora_rank, qk_nope_head_dim=config.qk_nope_head_dim,
-        qk_rope_head_dim=config.qk_rope_head_dim, v_head_dim=config.v_head_dim,
-        q_lora_rank=config.q_lora_rank, index_topk=config.index_topk,
+        **hf_latent_settings(module), index_topk=config.index_topk,
         index_n_heads=config.index_n_heads, index_head_dim=config.index_head_dim,
-        qkv_bias=bool(config.attention_bias), rope_base=float(rope.get("rope_theta", 10000.0)),
-        softmax_factor=factor, norm_eps=float(hf.q_a_layernorm.variance_epsilon),
-        dropout=float(config.attention_dropout),
     ).to(device=weight.device, dtype=weight.dtype)  # fmt: skip
     layer.load_state_dict(module.state_dict(), strict=True)
     return layer.train(module.training)

@@ -1,4 +1,5 @@
-r"""A top-$k$ mixture of experts: the feed-forward of Mixtral, Qwen3-MoE and Qwen3-Next.
+r"""A top-$k$ mixture of experts: the feed-forward of Mixtral, Qwen3-MoE, Qwen3-Next and
+DeepSeek-V3.
 
 A router scores the $E$ experts for each token, the $k$ best of them run on it, and their
 outputs are added with the router's weights; a shared expert, where the model has one, runs
@@ -6,15 +7,22 @@ on every token:
 
 $$
 \begin{aligned}
-p &= \operatorname{softmax}(W_r\, x) \in \mathbb{R}^{E}, \\
-S &= \text{the indices of the } k \text{ largest } p_e, \\
-w_e &= p_e \quad \text{or, with } \texttt{normalize}, \quad
-      w_e = p_e \big/ \textstyle\sum_{e' \in S} p_{e'}, \\
+s &= \operatorname{softmax}(W_r\, x) \text{ (Mixtral, Qwen) or } \sigma(W_r\, x)
+     \text{ (DeepSeek-V3)} \in \mathbb{R}^{E}, \\
+S &= \text{the indices of the } k \text{ largest } s_e + b_e
+     \text{ (} b \text{: DeepSeek-V3's bias, for choosing only)}, \\
+w_e &= \lambda\, s_e \quad \text{or, with } \texttt{normalize}, \quad
+      w_e = \lambda\, s_e \big/ \textstyle\sum_{e' \in S} s_{e'}, \\
 E_e(x) &= W_{d,e}\, (\operatorname{act}(W_{g,e}\, x) \odot W_{u,e}\, x), \\
 y &= \textstyle\sum_{e \in S} w_e\, E_e(x)
-     \;+\; \sigma(w_s \cdot x)\, E_{\text{shared}}(x) .
+     \;+\; \sigma(w_s \cdot x)\, E_{\text{shared}}(x) ,
 \end{aligned}
 $$
+
+with $\lambda$ DeepSeek-V3's `routed_scaling_factor` (else 1) and the shared expert's gate
+$\sigma(w_s \cdot x)$ Qwen's (DeepSeek-V3's shared experts have none). DeepSeek-V3 also
+limits each token's experts to `topk_group` of `groups` equal groups of experts, each group
+scored by the sum of its two best $s_e + b_e$.
 
 Only the chosen experts run, each on the tokens that chose it: a token costs $k$ experts'
 work, not $E$. The weights are kept as transformers keeps them (`gate.weight` `(E, D)`,
@@ -26,22 +34,27 @@ Examples:
     >>> moe = MixtureOfExperts(16, 32, num_experts=8, top_k=2)
     >>> moe(torch.randn(2, 5, 16)).shape  # (batch, num_tokens, emb_dim)
     torch.Size([2, 5, 16])
-    >>> probs, chosen = moe.route(torch.randn(3, 16))  # each token's 2 experts
-    >>> chosen.shape, bool(torch.allclose(probs.sum(-1), torch.ones(3)))
+    >>> weights, chosen = moe.route(torch.randn(3, 16))  # each token's 2 experts
+    >>> chosen.shape, bool(torch.allclose(weights.sum(-1), torch.ones(3)))  # normalised
     (torch.Size([3, 2]), True)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.checks import check_flag, check_input, check_size
+from attention.checks import check_flag, check_input, check_positive, check_size
 
-__all__ = ["Experts", "MixtureOfExperts"]
+__all__ = ["SCORINGS", "Experts", "MixtureOfExperts", "Router"]
+
+SCORINGS = ("softmax", "sigmoid")
+"""How a router turns its logits into scores."""
 
 
 class Experts(nn.Module):
@@ -69,6 +82,75 @@ class Experts(nn.Module):
         return out
 
 
+class Router(nn.Module):
+    """Each token's `top_k` experts and their weights $w$ (the module's first three lines).
+
+    Args:
+        emb_dim: $D$.
+        num_experts: $E$.
+        top_k: experts per token.
+        scoring: `"softmax"` or `"sigmoid"` of the logits $W_r x$.
+        normalize: divide the chosen scores by their sum.
+        groups: equal groups of experts (DeepSeek-V3's `n_group`); 1: none.
+        topk_group: the groups a token may choose from.
+        scale: $\\lambda$, multiplies the weights (DeepSeek-V3's `routed_scaling_factor`).
+        choice_bias: a bias $b$ added to the scores for choosing only
+            (`e_score_correction_bias`, a buffer: DeepSeek-V3 sets it outside the gradient).
+    """
+
+    def __init__(
+        self, emb_dim: int, num_experts: int, top_k: int, *, scoring: str = "softmax",
+        normalize: bool = True, groups: int = 1, topk_group: int = 1, scale: float = 1.0,
+        choice_bias: bool = False,
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.num_experts, self.top_k = check_size("num_experts", num_experts), top_k
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
+        self.groups = check_size("groups", groups)
+        self.topk_group = check_size("topk_group", topk_group)
+        if num_experts % groups or topk_group > groups:
+            raise ValueError(
+                f"groups must divide num_experts={num_experts} and topk_group be at most "
+                f"groups, got groups={groups}, topk_group={topk_group}"
+            )
+        if top_k > num_experts // groups * topk_group:
+            raise ValueError(f"top_k must be at most num_experts={num_experts} (of the "
+                             f"groups a token keeps: {num_experts // groups * topk_group}), "
+                             f"got {top_k}")  # fmt: skip
+        self.scoring, self.normalize = scoring, check_flag("normalize", normalize)
+        self.scale = check_positive("scale", scale)
+        self.weight = nn.Parameter(torch.empty(num_experts, check_size("emb_dim", emb_dim)))
+        nn.init.normal_(self.weight, std=emb_dim**-0.5)
+        self.e_score_correction_bias: Tensor | None
+        self.register_buffer("e_score_correction_bias", torch.zeros(num_experts)
+                             if check_flag("choice_bias", choice_bias) else None)  # fmt: skip
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Tokens `x` `(n, D)` -> their experts' weights $w$ and indices, `(n, top_k)` each."""
+        logits = F.linear(x, self.weight)  # W_r x                              (n, E)
+        scores = logits.softmax(-1) if self.scoring == "softmax" else logits.sigmoid()
+        choice = scores if self.e_score_correction_bias is None else (
+            scores + self.e_score_correction_bias)  # s + b: for choosing only  # fmt: skip
+        if self.groups > 1:  # keep the topk_group groups whose two best scores sum highest
+            grouped = choice.unflatten(-1, (self.groups, -1))  # (n, groups, E / groups)
+            best = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(-1)
+            kept = torch.zeros_like(best, dtype=torch.bool).scatter(
+                -1, best.topk(self.topk_group, dim=-1).indices, True
+            )  # (n, groups)
+            choice = grouped.masked_fill(~kept[..., None], -math.inf).flatten(-2)
+        chosen = choice.topk(self.top_k, dim=-1).indices  # S                   (n, k)
+        weights = scores.gather(-1, chosen)  # s_e, e in S
+        if self.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights * self.scale, chosen
+
+    def extra_repr(self) -> str:
+        groups = f", {self.topk_group} of {self.groups} groups" if self.groups > 1 else ""
+        return (f"{self.num_experts} experts, top_k={self.top_k}, {self.scoring}, "
+                f"normalize={self.normalize}{groups}")  # fmt: skip
+
+
 class MixtureOfExperts(nn.Module):
     """A top-`top_k` mixture of `num_experts` gated feed-forwards (the module's equations).
 
@@ -82,6 +164,8 @@ class MixtureOfExperts(nn.Module):
             `norm_topk_prob`).
         shared_expert: a feed-forward that runs on every token (Qwen3-Next's), or None.
         shared_gate: scale the shared expert's output by $\\sigma(w_s \\cdot x)$.
+        **routing: the rest of [`Router`][attention.model.experts.Router]'s settings
+            (`scoring`, `groups`, `topk_group`, `scale`, `choice_bias`).
 
     Raises:
         TypeError: a size that is not an int, a switch that is not a bool.
@@ -100,27 +184,23 @@ class MixtureOfExperts(nn.Module):
         normalize: bool = True,
         shared_expert: nn.Module | None = None,
         shared_gate: bool = False,
+        **routing: Any,
     ) -> None:
         super().__init__()
-        self.emb_dim, self.num_experts = check_size("emb_dim", emb_dim), check_size(
-            "num_experts", num_experts)  # fmt: skip
+        self.emb_dim, self.num_experts = check_size("emb_dim", emb_dim), num_experts
         self.top_k = check_size("top_k", top_k)
-        if top_k > num_experts:
-            raise ValueError(f"top_k must be at most num_experts={num_experts}, got {top_k}")
-        self.normalize = check_flag("normalize", normalize)
         if check_flag("shared_gate", shared_gate) and shared_expert is None:
             raise ValueError("shared_gate=True needs a shared_expert to gate")
-        self.gate = nn.Linear(emb_dim, num_experts, bias=False)  # W_r: the router
+        self.gate = Router(emb_dim, num_experts, top_k, normalize=normalize, **routing)
         self.experts = Experts(emb_dim, check_size("hidden_dim", hidden_dim), num_experts, act)
         self.shared_expert = shared_expert
         self.shared_expert_gate = nn.Linear(emb_dim, 1, bias=False) if shared_gate else None
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Tokens `x` `(n, D)` -> each one's `top_k` experts' weights `w` and indices, `(n, k)`."""
-        probs = torch.softmax(self.gate(x), dim=-1)  # p = softmax(W_r x)      (n, E)
-        weights, chosen = probs.topk(self.top_k, dim=-1)  # the k largest     (n, k)
-        if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+        """Tokens `x` `(n, D)` -> each one's `top_k` experts' weights $w$ and indices, `(n, k)`."""
+        weights: Tensor
+        chosen: Tensor
+        weights, chosen = self.gate(x)
         return weights, chosen
 
     def forward(self, x: Tensor) -> Tensor:
@@ -143,5 +223,4 @@ class MixtureOfExperts(nn.Module):
     def extra_repr(self) -> str:
         shared = "" if self.shared_expert is None else ", a shared expert"
         gated = "" if self.shared_expert_gate is None else " (gated)"
-        return f"{self.num_experts} experts, top_k={self.top_k}, normalize={self.normalize}" + (
-            shared + gated)  # fmt: skip
+        return self.gate.extra_repr() + shared + gated

@@ -1,8 +1,9 @@
 r"""Whole models from transformers: `from_hf(hf_model)` -> a [`LlamaModel`][attention.model.llama_block.LlamaModel].
 
 A `*ForCausalLM` of the Llama family (Llama, Mistral, Qwen2 and 3, Gemma 2 and 3, OLMo 2,
-SmolLM3, Granite-free settings, ...) is read into this package's model with the same
-weights: its `forward(input_ids)` gives transformers' logits, and
+SmolLM3, Granite-free settings, ...), its mixtures of experts (Mixtral, Qwen-MoE, OLMoE),
+Qwen3-Next (Gated DeltaNet layers) or DeepSeek-V3 (latent attention) is read into this
+package's model with the same weights: its `forward(input_ids)` gives transformers' logits, and
 [`generate`][attention.model.generation.generate] drives it. Nothing is read from a list of
 model types except RoPE's pair layout (the attention loader's table); what a model computes
 is read from its config and its modules, and every setting the loader does not apply is
@@ -20,9 +21,9 @@ refused by name:
 - **the feed-forward**: `gate_proj`, `up_proj`, `down_proj` with `hidden_act` (or Gemma's
   `hidden_activation`), or, layer by layer, a top-k mixture of experts
   ([`MixtureOfExperts`][attention.model.experts.MixtureOfExperts]: a router `gate` whose
-  weights are run on a probe, stacked `experts`, a gated `shared_expert`: Mixtral,
-  Qwen3-MoE, Qwen3-Next); another mixture (DeepSeek-V3's grouped routing, Llama 4's),
-  `mlp_bias`, and Granite's and Cohere's multipliers are refused by name;
+  weights are run on a probe, stacked `experts`, a gated `shared_expert` or DeepSeek-V3's
+  `shared_experts`: Mixtral, Qwen-MoE, OLMoE, Qwen3-Next, DeepSeek-V3); another mixture
+  (Llama 4's), `mlp_bias`, and Granite's and Cohere's multipliers are refused by name;
 - **embeddings and head**: Gemma's `embed_scale`, a tied or untied `lm_head`,
   `final_logit_softcapping`;
 - **every tensor** of the state dict must be read: one left over is refused, named.
@@ -47,8 +48,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attention.layer import gated_delta, sparse_index
+from attention.layer import gated_delta, latent, sparse_index
 from attention.layer.multihead import MultiHeadAttention
+from attention.model.experts import Router
 from attention.model.llama import attention_from_llama
 from attention.model.llama_block import ACTIVATIONS, LlamaModel
 
@@ -56,13 +58,15 @@ __all__ = ["MODULES", "MULTIPLIERS", "from_hf"]
 
 MODULES: dict[str, Callable[[nn.Module], nn.Module]] = {
     "Qwen3NextGatedDeltaNet": gated_delta.from_transformers,
+    "DeepseekV3Attention": latent.from_hf_latent,
     "DeepseekV32Attention": sparse_index.from_hf_sparse,
 }
 """One attention module of a transformers model, by its class's name -> the function that
 returns the package's layer with its weights."""
 
 _DENSE = {"gate_proj", "up_proj", "down_proj"}
-_MIXTURE = ("gate", "experts", "shared_expert", "shared_expert_gate")
+_MIXTURE = ("gate", "experts", "shared_expert", "shared_expert_gate", "shared_experts")
+_SHARED = ("shared_expert", "shared_experts")  # Qwen's name, DeepSeek-V3's
 
 MULTIPLIERS = ("embedding_multiplier", "logits_scaling", "logit_scale", "residual_multiplier")
 """Granite's and Cohere's scalings of the embeddings, logits and residuals: refused unless 1."""
@@ -143,6 +147,9 @@ def _attention(
     or another module (Qwen3-Next's `linear_attn`) by its loader in `MODULES`."""
     prefix = f"model.layers.{i}."
     if any(key.startswith(prefix + "self_attn.") for key in state):
+        module = hf_model.get_submodule(prefix + "self_attn")
+        if type(module).__name__ in MODULES:  # DeepSeek-V3's latent attention
+            return MODULES[type(module).__name__](module)
         return attention_from_llama(state, config, prefix=prefix + "self_attn.", layer=i)
     names = sorted(
         {
@@ -175,8 +182,9 @@ def _refuse(settings: Mapping[str, Any]) -> None:
 def _experts(hf_model: nn.Module, state: Mapping[str, Tensor], i: int) -> dict[str, Any] | None:
     """Decoder layer `i`'s feed-forward: None where it is `gate_proj`, `up_proj`, `down_proj`;
     a [`MixtureOfExperts`][attention.model.experts.MixtureOfExperts]' settings where its `mlp`
-    is a router `gate` and stacked `experts` (and optionally a `shared_expert` and its
-    `shared_expert_gate`: Mixtral, Qwen3-MoE, Qwen3-Next); refused by name otherwise."""
+    is a router `gate` and stacked `experts`, and optionally a `shared_expert` and its
+    `shared_expert_gate` (Mixtral, Qwen-MoE, OLMoE, Qwen3-Next) or `shared_experts`
+    (DeepSeek-V3); refused by name otherwise."""
     prefix = f"model.layers.{i}.mlp."
     parts = {key.removeprefix(prefix).split(".")[0] for key in state if key.startswith(prefix)}
     if parts <= _DENSE:  # (one missing, or no mlp at all: the copy names what it misses)
@@ -193,36 +201,64 @@ def _experts(hf_model: nn.Module, state: Mapping[str, Tensor], i: int) -> dict[s
             f"experts from_hf does not build (it builds {list(_MIXTURE)}, the first two needed)"
         )
     num_experts, hidden2, _ = weights[1].shape  # type: ignore[union-attr]
-    top_k = int(getattr(router, "top_k", 0))
-    shared = state.get(prefix + "shared_expert.gate_proj.weight")
-    return {"num_experts": int(num_experts), "top_k": top_k, "hidden_dim": int(hidden2) // 2,
-            "normalize": _normalizes(router, top_k, i),  # type: ignore[arg-type]
+    shared = next((state[prefix + f"{name}.gate_proj.weight"] for name in _SHARED
+                   if prefix + f"{name}.gate_proj.weight" in state), None)  # fmt: skip
+    return {"num_experts": int(num_experts), "top_k": int(getattr(router, "top_k", 0)),
+            "hidden_dim": int(hidden2) // 2, **_routing(router, i),  # type: ignore[arg-type]
             "shared_dim": None if shared is None else int(shared.shape[0]),
             "shared_gate": "shared_expert_gate" in parts}  # fmt: skip
 
 
-def _normalizes(router: nn.Module, top_k: int, i: int) -> bool:
-    """Whether transformers' `router` divides its top-k softmax weights by their sum: found by
-    running it on a probe; a router that computes neither is refused."""
-    weight: Tensor = getattr(router, "weight").detach()  # noqa: B009
+def _routing(router: nn.Module, i: int) -> dict[str, Any]:
+    """The [`Router`][attention.model.experts.Router] settings that compute what transformers'
+    `router` computes: read from its attributes where it has DeepSeek-V3's, else a softmax,
+    and then checked by running both on a probe; a router that computes none is refused."""
+    hf: Any = router
+    if hasattr(hf, "routed_scaling_factor") or hasattr(hf, "e_score_correction_bias"):
+        bias = getattr(hf, "e_score_correction_bias", None)
+        candidates = [{"scoring": "sigmoid", "normalize": bool(hf.norm_topk_prob),
+                       "groups": int(getattr(hf, "num_group", getattr(hf, "n_group", 1))),
+                       "topk_group": int(hf.topk_group),
+                       "scale": float(getattr(hf, "routed_scaling_factor", 1.0)),
+                       "choice_bias": bias is not None}]  # fmt: skip
+    else:
+        candidates = [{"scoring": "softmax", "normalize": value} for value in (False, True)]
+    weight: Tensor = hf.weight.detach()
     generator = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(6, weight.shape[1], generator=generator).to(weight.device, weight.dtype)
     with torch.no_grad():
         out = router(x)
-    if isinstance(out, tuple) and len(out) == 3 and 0 < top_k <= weight.shape[0]:
-        _, scores, chosen = out
-        probs = torch.softmax(x.double() @ weight.double().T, dim=-1)  # (6, E)
-        top = probs.gather(-1, chosen.long())  # the weights of the experts it chose
-        same = torch.equal(chosen.sort(-1).values, probs.topk(top_k).indices.sort(-1).values)
-        tolerance = 1e-6 if weight.dtype in (torch.float32, torch.float64) else 3e-2
-        for normalize in (False, True):
-            want = top / top.sum(-1, keepdim=True) if normalize else top
-            if same and float((scores.double() - want).abs().max()) <= tolerance:
-                return normalize
+    for settings in candidates:
+        if not (isinstance(out, tuple) and len(out) == 3) or _differs(hf, settings, x, out):
+            continue
+        return settings
     raise ValueError(
-        f"layer {i}'s router {type(router).__name__} computes neither the top-k of "
-        "softmax(W_r x) nor those weights divided by their sum: from_hf does not apply it"
+        f"layer {i}'s router {type(router).__name__} computes none of the routings from_hf "
+        "builds: the top-k of softmax(W_r x), those weights divided by their sum, or "
+        "DeepSeek-V3's grouped sigmoid"
     )
+
+
+def _differs(hf: Any, settings: dict[str, Any], x: Tensor, out: tuple[Tensor, ...]) -> bool:
+    """Whether our `Router` of `settings`, with `hf`'s weights, routes the probe `x` otherwise
+    than `hf` did (`out`: its logits, weights and chosen experts)."""
+    _, theirs, chosen = out
+    try:
+        ours = Router(hf.weight.shape[1], hf.weight.shape[0], int(hf.top_k), **settings)
+    except (TypeError, ValueError):
+        return True
+    ours = ours.double()
+    with torch.no_grad():
+        ours.weight.copy_(hf.weight)
+        if ours.e_score_correction_bias is not None:
+            ours.e_score_correction_bias.copy_(hf.e_score_correction_bias)
+        weights, picked = ours(x.double())
+    order, mine = chosen.long().sort(-1), picked.sort(-1)
+    if not torch.equal(order.values, mine.values):
+        return True
+    tolerance = 1e-10 if theirs.dtype == torch.float64 else 1e-5
+    error = (theirs.double().gather(-1, order.indices) - weights.gather(-1, mine.indices)).abs()
+    return not float(error.max()) <= tolerance * (1 + float(weights.abs().max()))
 
 
 def _activation(settings: Mapping[str, Any]) -> str:
@@ -292,7 +328,7 @@ def _copy(
     tied: bool,
 ) -> None:  # fmt: skip
     """Copy every tensor besides the attention's into `model`; refuse any left unread."""
-    ours = dict(model.named_parameters(remove_duplicate=False))
+    ours = model.state_dict(keep_vars=True)
     pairs = {
         "model.embed_tokens.weight": "tok_emb.weight",
         "model.norm.weight": "final_norm.weight",
@@ -303,8 +339,10 @@ def _copy(
         for hf, name in names.items():
             pairs[f"model.layers.{i}.{hf}.weight"] = f"trf_blocks.{i}.{name}.weight"
         ff = model.blocks[i].ff  # a SwiGLU's three weights, or a mixture's: the same names
-        for name, _ in ff.named_parameters():
-            pairs[f"model.layers.{i}.mlp.{name}"] = f"trf_blocks.{i}.ff.{name}"
+        for name in ff.state_dict():  # (the router's bias is a buffer)
+            hf = f"model.layers.{i}.mlp.{name}"
+            plural = hf.replace(".shared_expert.", ".shared_experts.")  # DeepSeek-V3's
+            pairs[plural if plural in state else hf] = f"trf_blocks.{i}.ff.{name}"
     read = set(pairs) | {"lm_head.weight"} if tied else set(pairs)
     unread = sorted(key for key in state if key not in read and ".self_attn." not in key
                     and ".linear_attn." not in key)  # fmt: skip

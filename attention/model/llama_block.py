@@ -63,6 +63,7 @@ from torch import Tensor, nn
 from attention.checks import check_config, check_flag, check_positive, check_size
 from attention.layer.cache import KVCache
 from attention.layer.gated_delta import GatedDeltaNet, GatedDeltaState
+from attention.layer.latent import MultiHeadLatentAttention
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.positions import RotaryTable
 from attention.layer.qk_norm import RMSNorm
@@ -90,7 +91,9 @@ NORMS = ("pre", "sandwich", "post")
 _REQUIRED = ("vocab_size", "context_length", "emb_dim", "hidden_dim", "n_layers", "layers")
 _OPTIONAL = ("act", "norm_eps", "norms", "tie_embeddings", "embed_scale", "final_softcap",
              "experts")  # fmt: skip
-_EXPERT_KEYS = ("num_experts", "top_k", "hidden_dim", "normalize", "shared_dim", "shared_gate")
+_ROUTING = ("scoring", "groups", "topk_group", "scale", "choice_bias")
+_EXPERT_KEYS = ("num_experts", "top_k", "hidden_dim", "normalize", "shared_dim", "shared_gate",
+                *_ROUTING)  # fmt: skip
 
 
 class SwiGLU(nn.Module):
@@ -128,15 +131,16 @@ class LlamaBlock(nn.Module):
             `act`, `norm_eps`, `norms`).
         layer: this layer's attention: a `MultiHeadAttention` (`emb_dim` wide), or its
             keyword arguments (its heads, RoPE, window, QK-norm, ...), to which the block adds
-            `d_in`, `d_out`, `context_length`, `dropout=0` and `causal=True`; or a
-            `GatedDeltaNet` (`emb_dim` wide): linear attention, whose cache is its state.
+            `d_in`, `d_out`, `context_length`, `dropout=0` and `causal=True`; a
+            `MultiHeadLatentAttention` (DeepSeek-V3's); or a `GatedDeltaNet` (`emb_dim`
+            wide): linear attention, whose cache is its state.
         experts: this layer's feed-forward as a mixture of experts: `num_experts`, `top_k`,
             `hidden_dim` (each expert's), and optionally `normalize` (True), `shared_dim` (a
-            shared expert's width) and `shared_gate`; None: one `SwiGLU` of `cfg`'s
-            `hidden_dim`.
+            shared expert's width), `shared_gate` and the router's `scoring`, `groups`,
+            `topk_group`, `scale`, `choice_bias`; None: one `SwiGLU` of `cfg`'s `hidden_dim`.
 
     Attributes:
-        att: the `MultiHeadAttention` or `GatedDeltaNet`.
+        att: the `MultiHeadAttention`, `MultiHeadLatentAttention` or `GatedDeltaNet`.
         ff: the `SwiGLU`, or the `MixtureOfExperts`.
         norm1: the norm before the attention (None in a post-norm block).
         norm2: the norm before the feed-forward (None in a post-norm block).
@@ -152,9 +156,11 @@ class LlamaBlock(nn.Module):
     ) -> None:
         super().__init__()
         d, eps, norms = cfg["emb_dim"], cfg.get("norm_eps", 1e-6), cfg.get("norms", "pre")
-        self.att: MultiHeadAttention | GatedDeltaNet
-        if isinstance(layer, MultiHeadAttention | GatedDeltaNet):
-            out = layer.out_proj.out_features
+        self.att: MultiHeadAttention | MultiHeadLatentAttention | GatedDeltaNet
+        if isinstance(layer, MultiHeadAttention | MultiHeadLatentAttention | GatedDeltaNet):
+            projection = layer.o_proj if isinstance(layer, MultiHeadLatentAttention) else (
+                layer.out_proj)  # fmt: skip
+            out = projection.out_features
             if (layer.d_in, out) != (d, d):
                 raise ValueError(
                     f"a layer's attention must map emb_dim={d} to {d}, got d_in={layer.d_in}, "
@@ -168,7 +174,8 @@ class LlamaBlock(nn.Module):
         else:
             raise TypeError(
                 "each of cfg's layers must be a MultiHeadAttention, a dict of its keyword "
-                f"arguments or a GatedDeltaNet, got {type(layer).__name__}"
+                "arguments, a MultiHeadLatentAttention or a GatedDeltaNet, got "
+                f"{type(layer).__name__}"
             )
         self.ff: SwiGLU | MixtureOfExperts = _feed_forward(cfg, experts)
         pre, post = norms in ("pre", "sandwich"), norms in ("sandwich", "post")
@@ -233,6 +240,7 @@ def _feed_forward(
         act=ACTIVATIONS[act], normalize=experts.get("normalize", True),
         shared_expert=None if shared is None else SwiGLU(d, shared, act),
         shared_gate=experts.get("shared_gate", False),
+        **{key: experts[key] for key in _ROUTING if key in experts},
     )  # fmt: skip
 
 

@@ -290,7 +290,7 @@ def test_from_hf_sparse_reads_the_softmax_factor_and_refuses_other_ropes(
     assert layer.scale == pytest.approx(hf.scaling, rel=1e-15)
     linear = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
     hf = hf_attention(deepseek, 3, rope_parameters=linear)
-    with pytest.raises(ValueError, match=r"rope_type='linear'; from_hf_sparse reads"):
+    with pytest.raises(ValueError, match=r"rope_type='linear'; the latent layer's loader reads"):
         from_hf_sparse(hf)
 
 

@@ -1,5 +1,5 @@
 """The top-k mixture of experts: the definition, the work it skips, and whole Mixtral,
-Qwen2-MoE, Qwen3-MoE, OLMoE and Qwen3-Next models from transformers (float64)."""
+Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3 and Qwen3-Next models from transformers (float64)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def definition(moe: MixtureOfExperts, x: Tensor) -> Tensor:
     for n, token in enumerate(x):
         p = torch.softmax(moe.gate.weight @ token, dim=0)  # (E,)
         top = sorted(range(E), key=lambda e: -float(p[e].detach()))[: moe.top_k]
-        total = sum(p[e] for e in top) if moe.normalize else 1.0
+        total = sum(p[e] for e in top) if moe.gate.normalize else 1.0
         for e in top:
             g, u = (up_gate[e] @ token).chunk(2)
             out[n] += p[e] / total * (down[e] @ (F.silu(g) * u))
@@ -55,6 +55,28 @@ def test_equals_the_definition(normalize: bool, shared: bool) -> None:
     assert_close(moe(x), definition(moe, x.view(-1, D)).view(3, 5, D), rtol=0, atol=1e-12)
 
 
+def test_deepseek_routing_equals_the_definition() -> None:
+    """Sigmoid scores, a bias for choosing only, 2 of 4 groups, normalised, scaled."""
+    torch.manual_seed(1)
+    moe = MixtureOfExperts(D, H, 8, top_k=3, scoring="sigmoid", groups=4, topk_group=2,
+                           scale=2.5, choice_bias=True).double()  # fmt: skip
+    bias = moe.gate.e_score_correction_bias
+    assert bias is not None
+    bias.normal_()
+    x = torch.randn(30, D, dtype=torch.float64)
+    weights, chosen = moe.route(x)
+    for token, w, picked in zip(x, weights, chosen, strict=True):
+        s = torch.sigmoid(moe.gate.weight @ token)  # (8,)
+        c = (s + bias).tolist()
+        groups = sorted(range(4), key=lambda g: -sum(sorted(c[2 * g : 2 * g + 2])[-2:]))[:2]
+        allowed = [e for e in range(8) if e // 2 in groups]
+        top = sorted(sorted(allowed, key=lambda e: -c[e])[:3])
+        assert sorted(picked.tolist()) == top
+        want = {e: 2.5 * float(s[e]) / sum(float(s[f]) for f in top) for e in top}
+        got = dict(zip(picked.tolist(), w.tolist(), strict=True))
+        assert got == pytest.approx(want, rel=1e-12)
+
+
 def test_only_the_chosen_experts_run_on_only_their_tokens() -> None:
     moe = mixture(shared=False)
     with torch.no_grad():
@@ -70,7 +92,7 @@ def test_only_the_chosen_experts_run_on_only_their_tokens() -> None:
 
 
 def test_bad_settings_are_named() -> None:
-    with pytest.raises(ValueError, match="top_k must be at most num_experts=4, got 5"):
+    with pytest.raises(ValueError, match=r"top_k must be at most num_experts=4 .*got 5"):
         MixtureOfExperts(D, H, 4, top_k=5)
     with pytest.raises(ValueError, match="shared_gate=True needs a shared_expert"):
         MixtureOfExperts(D, H, 4, top_k=1, shared_gate=True)
@@ -94,6 +116,12 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3 moe": ("Qwen3Moe", {**EXPERTS, "norm_topk_prob": False}),
     "qwen3 moe, normalised": ("Qwen3Moe", {**EXPERTS, "norm_topk_prob": True}),
     "olmoe": ("Olmoe", EXPERTS),
+    "deepseek v3": ("DeepseekV3", {"n_routed_experts": 8, "num_experts_per_tok": 3,
+                                   "moe_intermediate_size": 16, "n_group": 4, "topk_group": 2,
+                                   "n_shared_experts": 1, "first_k_dense_replace": 1,
+                                   "num_hidden_layers": 3, "kv_lora_rank": 8, "q_lora_rank": 12,
+                                   "qk_rope_head_dim": 4, "qk_nope_head_dim": 4,
+                                   "v_head_dim": 8, "head_dim": 4}),
     "qwen3 next": ("Qwen3Next", {**EXPERTS, "shared_expert_intermediate_size": 24,
                                  "num_hidden_layers": 4, "decoder_sparse_step": 2,
                                  "linear_num_key_heads": 2, "linear_num_value_heads": 4,
@@ -111,6 +139,9 @@ def hf_moe(transformers: ModuleType, family: str) -> Any:
         for name, param in model.named_parameters():
             if "A_log" not in name:
                 param.copy_(torch.randn_like(param) * 0.3)
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's: chooses, not weighs
+                buffer.copy_(torch.randn_like(buffer) * 0.3)
     return model
 
 
@@ -129,6 +160,9 @@ def test_whole_mixture_models_equal_transformers(family: str) -> None:
     assert torch.equal(tokens, hf_tokens)
     kinds = {type(block.ff).__name__ for block in ours.blocks}
     assert "MixtureOfExperts" in kinds
+    if family == "deepseek v3":  # first_k_dense_replace=1; latent attention in every layer
+        assert [type(b.ff).__name__ for b in ours.blocks] == ["SwiGLU"] + ["MixtureOfExperts"] * 2
+        assert {type(b.att).__name__ for b in ours.blocks} == {"MultiHeadLatentAttention"}
     if family == "qwen3 next":  # decoder_sparse_step=2: layers 1 and 3 have experts
         assert [type(b.ff).__name__ for b in ours.blocks] == ["SwiGLU", "MixtureOfExperts"] * 2
 
@@ -145,5 +179,7 @@ def test_a_router_of_another_rule_is_refused(monkeypatch: pytest.MonkeyPatch) ->
         return logits, scores, chosen
 
     monkeypatch.setattr(router, "forward", sigmoid_router)
-    with pytest.raises(ValueError, match="layer 0's router MixtralTopKRouter computes neither"):
+    with pytest.raises(
+        ValueError, match="layer 0's router MixtralTopKRouter computes none of the routings"
+    ):
         attention.from_hf(theirs)

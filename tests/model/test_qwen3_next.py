@@ -141,12 +141,12 @@ def test_a_mixture_of_experts_of_another_layout_is_refused_by_name(
 ) -> None:
     theirs = tiny(transformers, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
                   shared_expert_intermediate_size=8)  # fmt: skip
-    mlp = theirs.model.layers[0].mlp  # DeepSeek's name for its shared experts
-    mlp.shared_experts = mlp.shared_expert
-    del mlp.shared_expert
+    mlp = theirs.model.layers[0].mlp  # experts under a name from_hf does not know
+    mlp.routed_experts = mlp.experts
+    del mlp.experts
     with pytest.raises(ValueError, match=r"layer 0's feed-forward Qwen3NextSparseMoeBlock has "
-                       r"\['experts', 'gate', 'shared_expert_gate', 'shared_experts'\]: a mixture "
-                       "of experts from_hf does not build"):  # fmt: skip
+                       r"\['gate', 'routed_experts', 'shared_expert', 'shared_expert_gate'\]: a "
+                       "mixture of experts from_hf does not build"):  # fmt: skip
         attention.from_hf(theirs)
 
 
