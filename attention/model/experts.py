@@ -19,6 +19,9 @@ y &= \textstyle\sum_{e \in S} w_e\, E_e(x)
 \end{aligned}
 $$
 
+or, in Llama 4 (`scale_input`), $\sum_{e \in S} E_e(w_e\, x)$: the weight scales what the
+expert reads, $w_e = \sigma(\ell_e)$ of its logit;
+
 with $\lambda$ DeepSeek-V3's `routed_scaling_factor` (else 1) and the shared expert's gate
 $\sigma(w_s \cdot x)$ Qwen's (DeepSeek-V3's shared experts have none). DeepSeek-V3 also
 limits each token's experts to `topk_group` of `groups` equal groups of experts, each group
@@ -164,6 +167,8 @@ class MixtureOfExperts(nn.Module):
             `norm_topk_prob`).
         shared_expert: a feed-forward that runs on every token (Qwen3-Next's), or None.
         shared_gate: scale the shared expert's output by $\\sigma(w_s \\cdot x)$.
+        scale_input: the weight scales the expert's input, $E_e(w_e x)$ (Llama 4), not its
+            output.
         **routing: the rest of [`Router`][attention.model.experts.Router]'s settings
             (`scoring`, `groups`, `topk_group`, `scale`, `choice_bias`).
 
@@ -184,6 +189,7 @@ class MixtureOfExperts(nn.Module):
         normalize: bool = True,
         shared_expert: nn.Module | None = None,
         shared_gate: bool = False,
+        scale_input: bool = False,
         **routing: Any,
     ) -> None:
         super().__init__()
@@ -192,6 +198,7 @@ class MixtureOfExperts(nn.Module):
         if check_flag("shared_gate", shared_gate) and shared_expert is None:
             raise ValueError("shared_gate=True needs a shared_expert to gate")
         self.gate = Router(emb_dim, num_experts, top_k, normalize=normalize, **routing)
+        self.scale_input = check_flag("scale_input", scale_input)
         self.experts = Experts(emb_dim, check_size("hidden_dim", hidden_dim), num_experts, act)
         self.shared_expert = shared_expert
         self.shared_expert_gate = nn.Linear(emb_dim, 1, bias=False) if shared_gate else None
@@ -211,7 +218,9 @@ class MixtureOfExperts(nn.Module):
         out = torch.zeros_like(flat)
         for expert in chosen.unique().tolist():  # only the experts some token chose run
             rows, slot = (chosen == expert).nonzero(as_tuple=True)  # its tokens, their slot
-            routed = self.experts.run(expert, flat[rows]) * weights[rows, slot, None]
+            w = weights[rows, slot, None]  # (m, 1)
+            routed = (self.experts.run(expert, flat[rows] * w) if self.scale_input  # E_e(w x)
+                      else self.experts.run(expert, flat[rows]) * w)  # w E_e(x)  # fmt: skip
             out = out.index_add(0, rows, routed)  # y += w_e E_e(x)
         if self.shared_expert is not None:
             shared: Tensor = self.shared_expert(flat)  # (n, D), every token

@@ -1,9 +1,10 @@
 r"""Whole models from transformers: `from_hf(hf_model)` -> a [`LlamaModel`][attention.model.llama_block.LlamaModel].
 
 A `*ForCausalLM` of the Llama family (Llama, Mistral, Qwen2 and 3, Gemma 2 and 3, OLMo 2,
-SmolLM3, Granite-free settings, ...), its mixtures of experts (Mixtral, Qwen-MoE, OLMoE),
-Qwen3-Next (Gated DeltaNet layers) or DeepSeek-V3 (latent attention) is read into this
-package's model with the same weights: its `forward(input_ids)` gives transformers' logits, and
+SmolLM3, Granite-free settings, ...), its mixtures of experts (Mixtral, Qwen-MoE, OLMoE,
+Llama 4), Qwen3-Next (Gated DeltaNet layers) or DeepSeek-V3 (latent attention) is read into
+this package's model with the same weights: its `forward(input_ids)` gives transformers'
+logits, and
 [`generate`][attention.model.generation.generate] drives it. Nothing is read from a list of
 model types except RoPE's pair layout (the attention loader's table); what a model computes
 is read from its config and its modules, and every setting the loader does not apply is
@@ -22,8 +23,8 @@ refused by name:
   `hidden_activation`), or, layer by layer, a top-k mixture of experts
   ([`MixtureOfExperts`][attention.model.experts.MixtureOfExperts]: a router `gate` whose
   weights are run on a probe, stacked `experts`, a gated `shared_expert` or DeepSeek-V3's
-  `shared_experts`: Mixtral, Qwen-MoE, OLMoE, Qwen3-Next, DeepSeek-V3); another mixture
-  (Llama 4's), `mlp_bias`, and Granite's and Cohere's multipliers are refused by name;
+  `shared_experts`: Mixtral, Qwen-MoE, OLMoE, Qwen3-Next, DeepSeek-V3, Llama 4); another
+  mixture, `mlp_bias`, and Granite's and Cohere's multipliers are refused by name;
 - **embeddings and head**: Gemma's `embed_scale`, a tied or untied `lm_head`,
   `final_logit_softcapping`;
 - **every tensor** of the state dict must be read: one left over is refused, named.
@@ -65,8 +66,9 @@ MODULES: dict[str, Callable[[nn.Module], nn.Module]] = {
 returns the package's layer with its weights."""
 
 _DENSE = {"gate_proj", "up_proj", "down_proj"}
-_MIXTURE = ("gate", "experts", "shared_expert", "shared_expert_gate", "shared_experts")
+_MIXTURE = ("gate", "router", "experts", "shared_expert", "shared_expert_gate", "shared_experts")
 _SHARED = ("shared_expert", "shared_experts")  # Qwen's name, DeepSeek-V3's
+_RENAMED = ((".shared_expert.", ".shared_experts."), (".gate.", ".router."))
 
 MULTIPLIERS = ("embedding_multiplier", "logits_scaling", "logit_scale", "residual_multiplier")
 """Granite's and Cohere's scalings of the embeddings, logits and residuals: refused unless 1."""
@@ -125,8 +127,9 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
     scale = getattr(embedding, "embed_scale", None)
     context = next((att.context_length for att in layers if isinstance(att, MultiHeadAttention)),
                    settings.get("max_position_embeddings", 2048))  # fmt: skip
+    width = _dense_width(state, settings, n_layers)
     cfg = {"vocab_size": settings["vocab_size"], "context_length": context,
-           "emb_dim": settings["hidden_size"], "hidden_dim": settings["intermediate_size"],
+           "emb_dim": settings["hidden_size"], "hidden_dim": width,
            "n_layers": n_layers, "layers": layers, "act": _activation(settings),
            "norm_eps": settings.get("rms_norm_eps") or 1e-6, "norms": placement,
            "tie_embeddings": tied, "embed_scale": None if scale is None else float(scale),
@@ -179,41 +182,69 @@ def _refuse(settings: Mapping[str, Any]) -> None:
     _activation(settings)
 
 
+def _dense_width(state: Mapping[str, Tensor], settings: Mapping[str, Any], n_layers: int) -> int:
+    """The dense feed-forward's width, from the first layer that has one (Llama 4's is its
+    `intermediate_size_mlp`, not `intermediate_size`, its experts')."""
+    for i in range(n_layers):
+        gate = state.get(_feed_forward(state, i) + "gate_proj.weight")
+        if gate is not None:
+            return int(gate.shape[0])
+    return int(settings["intermediate_size"])
+
+
+def _feed_forward(state: Mapping[str, Tensor], i: int) -> str:
+    """Decoder layer `i`'s feed-forward's prefix: `mlp.`, or Llama 4's `feed_forward.`."""
+    prefix = f"model.layers.{i}."
+    llama4 = any(key.startswith(prefix + "feed_forward.") for key in state)
+    return prefix + ("feed_forward." if llama4 else "mlp.")
+
+
 def _experts(hf_model: nn.Module, state: Mapping[str, Tensor], i: int) -> dict[str, Any] | None:
     """Decoder layer `i`'s feed-forward: None where it is `gate_proj`, `up_proj`, `down_proj`;
-    a [`MixtureOfExperts`][attention.model.experts.MixtureOfExperts]' settings where its `mlp`
-    is a router `gate` and stacked `experts`, and optionally a `shared_expert` and its
-    `shared_expert_gate` (Mixtral, Qwen-MoE, OLMoE, Qwen3-Next) or `shared_experts`
-    (DeepSeek-V3); refused by name otherwise."""
-    prefix = f"model.layers.{i}.mlp."
+    a [`MixtureOfExperts`][attention.model.experts.MixtureOfExperts]' settings where it is a
+    router (`gate`, or Llama 4's `router`) and stacked `experts`, and optionally a
+    `shared_expert` and its `shared_expert_gate` (Mixtral, Qwen-MoE, OLMoE, Qwen3-Next, Llama 4)
+    or `shared_experts` (DeepSeek-V3); refused by name otherwise."""
+    prefix = _feed_forward(state, i)
     parts = {key.removeprefix(prefix).split(".")[0] for key in state if key.startswith(prefix)}
     if parts <= _DENSE:  # (one missing, or no mlp at all: the copy names what it misses)
         return None
-    mlp = hf_model.get_submodule(prefix[:-1])
-    router, experts = getattr(mlp, "gate", None), getattr(mlp, "experts", None)
-    weights = [getattr(module, name, None) for module, name in (
+    module = hf_model.get_submodule(prefix[:-1])
+    router = getattr(module, "gate", getattr(module, "router", None))
+    experts = getattr(module, "experts", None)
+    weights = [getattr(part, name, None) for part, name in (
         (router, "weight"), (experts, "gate_up_proj"), (experts, "down_proj"))]  # fmt: skip
-    if not ({"gate", "experts"} <= parts <= set(_MIXTURE)) or not all(
-        isinstance(w, Tensor) for w in weights
-    ):
+    one_router = len({"gate", "router"} & parts) == 1
+    known = one_router and "experts" in parts and parts <= set(_MIXTURE)
+    if not known or not all(isinstance(w, Tensor) for w in weights):
         raise ValueError(
-            f"layer {i}'s feed-forward {type(mlp).__name__} has {sorted(parts)}: a mixture of "
-            f"experts from_hf does not build (it builds {list(_MIXTURE)}, the first two needed)"
+            f"layer {i}'s feed-forward {type(module).__name__} has {sorted(parts)}: a mixture "
+            f"of experts from_hf does not build (it builds {list(_MIXTURE)}: a router, the "
+            "experts, shared ones)"
         )
-    num_experts, hidden2, _ = weights[1].shape  # type: ignore[union-attr]
+    routing = _routing(router, i)  # type: ignore[arg-type]
+    up = weights[1].shape  # type: ignore[union-attr]
+    # (E, 2H, D), or Llama 4's (E, D, 2H): its experts multiply x by the weight, not by its T
+    hidden = up[2] // 2 if routing.get("scale_input") else up[1] // 2
     shared = next((state[prefix + f"{name}.gate_proj.weight"] for name in _SHARED
                    if prefix + f"{name}.gate_proj.weight" in state), None)  # fmt: skip
-    return {"num_experts": int(num_experts), "top_k": int(getattr(router, "top_k", 0)),
-            "hidden_dim": int(hidden2) // 2, **_routing(router, i),  # type: ignore[arg-type]
+    return {"num_experts": int(up[0]), "top_k": int(getattr(router, "top_k", 0)),
+            "hidden_dim": int(hidden), **routing,
             "shared_dim": None if shared is None else int(shared.shape[0]),
             "shared_gate": "shared_expert_gate" in parts}  # fmt: skip
 
 
 def _routing(router: nn.Module, i: int) -> dict[str, Any]:
     """The [`Router`][attention.model.experts.Router] settings that compute what transformers'
-    `router` computes: read from its attributes where it has DeepSeek-V3's, else a softmax,
-    and then checked by running both on a probe; a router that computes none is refused."""
+    `router` computes: read from its attributes where it has DeepSeek-V3's, a sigmoid where it
+    returns every expert's weight (Llama 4's, which scales the experts' inputs), else a
+    softmax; then checked by running both on a probe. A router that computes none is refused."""
     hf: Any = router
+    weight: Tensor = hf.weight.detach()
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(6, weight.shape[1], generator=generator).to(weight.device, weight.dtype)
+    with torch.no_grad():
+        out = router(x)
     if hasattr(hf, "routed_scaling_factor") or hasattr(hf, "e_score_correction_bias"):
         bias = getattr(hf, "e_score_correction_bias", None)
         candidates = [{"scoring": "sigmoid", "normalize": bool(hf.norm_topk_prob),
@@ -221,30 +252,27 @@ def _routing(router: nn.Module, i: int) -> dict[str, Any]:
                        "topk_group": int(hf.topk_group),
                        "scale": float(getattr(hf, "routed_scaling_factor", 1.0)),
                        "choice_bias": bias is not None}]  # fmt: skip
+    elif isinstance(out, tuple) and len(out) == 2:  # Llama 4: (each expert's weight, logits)
+        candidates = [{"scoring": "sigmoid", "normalize": False, "scale_input": True}]
     else:
         candidates = [{"scoring": "softmax", "normalize": value} for value in (False, True)]
-    weight: Tensor = hf.weight.detach()
-    generator = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(6, weight.shape[1], generator=generator).to(weight.device, weight.dtype)
-    with torch.no_grad():
-        out = router(x)
     for settings in candidates:
-        if not (isinstance(out, tuple) and len(out) == 3) or _differs(hf, settings, x, out):
-            continue
-        return settings
+        if isinstance(out, tuple) and len(out) in (2, 3) and not _differs(hf, settings, x, out):
+            return settings
     raise ValueError(
         f"layer {i}'s router {type(router).__name__} computes none of the routings from_hf "
-        "builds: the top-k of softmax(W_r x), those weights divided by their sum, or "
-        "DeepSeek-V3's grouped sigmoid"
+        "builds: the top-k of softmax(W_r x), those weights divided by their sum, "
+        "DeepSeek-V3's grouped sigmoid, or Llama 4's sigmoid"
     )
 
 
 def _differs(hf: Any, settings: dict[str, Any], x: Tensor, out: tuple[Tensor, ...]) -> bool:
     """Whether our `Router` of `settings`, with `hf`'s weights, routes the probe `x` otherwise
-    than `hf` did (`out`: its logits, weights and chosen experts)."""
-    _, theirs, chosen = out
+    than `hf` did (`out`: its logits, weights and chosen experts; or Llama 4's weight of every
+    expert, 0 where not chosen, and logits)."""
+    routing = {key: value for key, value in settings.items() if key != "scale_input"}
     try:
-        ours = Router(hf.weight.shape[1], hf.weight.shape[0], int(hf.top_k), **settings)
+        ours = Router(hf.weight.shape[1], hf.weight.shape[0], int(hf.top_k), **routing)
     except (TypeError, ValueError):
         return True
     ours = ours.double()
@@ -253,12 +281,19 @@ def _differs(hf: Any, settings: dict[str, Any], x: Tensor, out: tuple[Tensor, ..
         if ours.e_score_correction_bias is not None:
             ours.e_score_correction_bias.copy_(hf.e_score_correction_bias)
         weights, picked = ours(x.double())
-    order, mine = chosen.long().sort(-1), picked.sort(-1)
-    if not torch.equal(order.values, mine.values):
+        mine = torch.zeros(x.shape[0], ours.num_experts, dtype=torch.float64).scatter(
+            -1, picked, weights
+        )  # (6, E): each expert's weight, 0 where not chosen
+    if len(out) == 2:
+        theirs = out[0].double()
+    else:
+        _, values, chosen = out
+        theirs = torch.zeros_like(mine).scatter(-1, chosen.long(), values.double())
+    if not torch.equal(theirs != 0, mine != 0):
         return True
-    tolerance = 1e-10 if theirs.dtype == torch.float64 else 1e-5
-    error = (theirs.double().gather(-1, order.indices) - weights.gather(-1, mine.indices)).abs()
-    return not float(error.max()) <= tolerance * (1 + float(weights.abs().max()))
+    tolerance = 1e-10 if out[-2].dtype == torch.float64 else 1e-5
+    error = float((theirs - mine).abs().max())
+    return not error <= tolerance * (1 + float(mine.abs().max()))
 
 
 def _activation(settings: Mapping[str, Any]) -> str:
@@ -335,14 +370,19 @@ def _copy(
     }
     if not tied:
         pairs["lm_head.weight"] = "out_head.weight"
+    transposed: set[str] = set()
     for i in range(n_layers):
         for hf, name in names.items():
             pairs[f"model.layers.{i}.{hf}.weight"] = f"trf_blocks.{i}.{name}.weight"
-        ff = model.blocks[i].ff  # a SwiGLU's three weights, or a mixture's: the same names
-        for name in ff.state_dict():  # (the router's bias is a buffer)
-            hf = f"model.layers.{i}.mlp.{name}"
-            plural = hf.replace(".shared_expert.", ".shared_experts.")  # DeepSeek-V3's
-            pairs[plural if plural in state else hf] = f"trf_blocks.{i}.ff.{name}"
+        ff, prefix = model.blocks[i].ff, _feed_forward(state, i)
+        for name in ff.state_dict():  # the same names (the router's bias is a buffer), but
+            hf = prefix + name
+            for ours_, theirs_ in _RENAMED:  # DeepSeek-V3's shared_experts, Llama 4's router
+                if hf.replace(ours_, theirs_) in state:
+                    hf = hf.replace(ours_, theirs_)
+            pairs[hf] = f"trf_blocks.{i}.ff.{name}"
+            if getattr(ff, "scale_input", False) and name.startswith("experts."):
+                transposed.add(hf)  # Llama 4's experts: (E, D, 2H) and (E, H, D)
     read = set(pairs) | {"lm_head.weight"} if tied else set(pairs)
     unread = sorted(key for key in state if key not in read and ".self_attn." not in key
                     and ".linear_attn." not in key)  # fmt: skip
@@ -354,11 +394,12 @@ def _copy(
         )
     with torch.no_grad():
         for hf, name in pairs.items():
-            if ours[name].shape != state[hf].shape:
+            value = state[hf].transpose(-1, -2) if hf in transposed else state[hf]
+            if ours[name].shape != value.shape:
                 raise ValueError(
-                    f"{hf}: expected shape {tuple(ours[name].shape)}, got {tuple(state[hf].shape)}"
+                    f"{hf}: expected shape {tuple(ours[name].shape)}, got {tuple(value.shape)}"
                 )
-            ours[name].copy_(state[hf])
+            ours[name].copy_(value)
 
 
 def _check_logits(model: LlamaModel, hf_model: nn.Module) -> None:

@@ -93,7 +93,7 @@ _OPTIONAL = ("act", "norm_eps", "norms", "tie_embeddings", "embed_scale", "final
              "experts")  # fmt: skip
 _ROUTING = ("scoring", "groups", "topk_group", "scale", "choice_bias")
 _EXPERT_KEYS = ("num_experts", "top_k", "hidden_dim", "normalize", "shared_dim", "shared_gate",
-                *_ROUTING)  # fmt: skip
+                "scale_input", *_ROUTING)  # fmt: skip
 
 
 class SwiGLU(nn.Module):
@@ -136,8 +136,9 @@ class LlamaBlock(nn.Module):
             wide): linear attention, whose cache is its state.
         experts: this layer's feed-forward as a mixture of experts: `num_experts`, `top_k`,
             `hidden_dim` (each expert's), and optionally `normalize` (True), `shared_dim` (a
-            shared expert's width), `shared_gate` and the router's `scoring`, `groups`,
-            `topk_group`, `scale`, `choice_bias`; None: one `SwiGLU` of `cfg`'s `hidden_dim`.
+            shared expert's width), `shared_gate`, `scale_input` and the router's `scoring`,
+            `groups`, `topk_group`, `scale`, `choice_bias`; None: one `SwiGLU` of `cfg`'s
+            `hidden_dim`.
 
     Attributes:
         att: the `MultiHeadAttention`, `MultiHeadLatentAttention` or `GatedDeltaNet`.
@@ -240,6 +241,7 @@ def _feed_forward(
         act=ACTIVATIONS[act], normalize=experts.get("normalize", True),
         shared_expert=None if shared is None else SwiGLU(d, shared, act),
         shared_gate=experts.get("shared_gate", False),
+        scale_input=experts.get("scale_input", False),
         **{key: experts[key] for key in _ROUTING if key in experts},
     )  # fmt: skip
 

@@ -1,5 +1,6 @@
 """The top-k mixture of experts: the definition, the work it skips, and whole Mixtral,
-Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3 and Qwen3-Next models from transformers (float64)."""
+Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3, Llama 4 and Qwen3-Next models from transformers
+(float64)."""
 
 from __future__ import annotations
 
@@ -77,6 +78,21 @@ def test_deepseek_routing_equals_the_definition() -> None:
         assert got == pytest.approx(want, rel=1e-12)
 
 
+def test_scaling_the_input_is_llama_4s_equation() -> None:
+    """y = shared(x) + sum over chosen e of E_e(sigma(l_e) x)."""
+    torch.manual_seed(2)
+    moe = MixtureOfExperts(D, H, E, top_k=2, scoring="sigmoid", normalize=False,
+                           scale_input=True, shared_expert=SwiGLU(D, 20)).double()  # fmt: skip
+    x = torch.randn(7, D, dtype=torch.float64)
+    logits = x @ moe.gate.weight.T  # (7, E)
+    want = moe.shared_expert(x) if moe.shared_expert is not None else None
+    assert want is not None
+    for n in range(7):
+        for e in logits[n].topk(2).indices.tolist():
+            want[n] += moe.experts.run(e, torch.sigmoid(logits[n, e]) * x[n : n + 1])[0]
+    assert_close(moe(x[None])[0], want, rtol=0, atol=1e-12)
+
+
 def test_only_the_chosen_experts_run_on_only_their_tokens() -> None:
     moe = mixture(shared=False)
     with torch.no_grad():
@@ -122,6 +138,10 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
                                    "num_hidden_layers": 3, "kv_lora_rank": 8, "q_lora_rank": 12,
                                    "qk_rope_head_dim": 4, "qk_nope_head_dim": 4,
                                    "v_head_dim": 8, "head_dim": 4}),
+    "llama 4": ("Llama4Text", {"num_local_experts": 4, "num_experts_per_tok": 1,
+                               "num_hidden_layers": 4, "interleave_moe_layer_step": 2,
+                               "intermediate_size_mlp": 40, "attention_chunk_size": 4,
+                               "no_rope_layers": [1, 1, 1, 0]}),
     "qwen3 next": ("Qwen3Next", {**EXPERTS, "shared_expert_intermediate_size": 24,
                                  "num_hidden_layers": 4, "decoder_sparse_step": 2,
                                  "linear_num_key_heads": 2, "linear_num_value_heads": 4,
@@ -134,7 +154,8 @@ def hf_moe(transformers: ModuleType, family: str) -> Any:
     config = getattr(transformers, f"{prefix}Config")(**{**SMALL, **extra})
     config._experts_implementation = "eager"  # the grouped kernel takes no float64
     torch.manual_seed(0)
-    model = getattr(transformers, f"{prefix}ForCausalLM")(config).double().eval()
+    name = "Llama4ForCausalLM" if prefix == "Llama4Text" else f"{prefix}ForCausalLM"
+    model = getattr(transformers, name)(config).double().eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "A_log" not in name:
@@ -170,6 +191,9 @@ def test_whole_mixture_models_equal_transformers(family: str) -> None:
     if family == "deepseek v3":  # first_k_dense_replace=1; latent attention in every layer
         assert [type(b.ff).__name__ for b in ours.blocks] == ["SwiGLU"] + ["MixtureOfExperts"] * 2
         assert {type(b.att).__name__ for b in ours.blocks} == {"MultiHeadLatentAttention"}
+    if family == "llama 4":  # experts every other layer, scaling the experts' inputs
+        assert [type(b.ff).__name__ for b in ours.blocks] == ["SwiGLU", "MixtureOfExperts"] * 2
+        assert all(b.ff.scale_input for b in ours.blocks[1::2])  # type: ignore[union-attr]
     if family == "qwen3 next":  # decoder_sparse_step=2: layers 1 and 3 have experts
         assert [type(b.ff).__name__ for b in ours.blocks] == ["SwiGLU", "MixtureOfExperts"] * 2
 
