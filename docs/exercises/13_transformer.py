@@ -193,3 +193,45 @@ with torch.no_grad():
     by_hand = h + gated @ ff.down_proj.weight.T
     torch.testing.assert_close(by_hand, block(x), atol=1e-5, rtol=0)
 print("x + Attention(RMSNorm(x)), then + SwiGLU(RMSNorm(.)): the block")
+
+# %% [markdown]
+# ## Exercise 13.5: a mixture of experts, held and read
+#
+# Build `attention.model.experts.MixtureOfExperts(64, 96, num_experts=8, top_k=2)` (the
+# chapter's section on experts). For one token $x$, write its output by hand: the router's
+# $p = \operatorname{softmax}(W_r x)$, the two largest $p_e$, their weights divided by their
+# sum, and $\sum_e w_e\, W_{d,e}(\operatorname{SiLU}(W_{g,e} x) \odot W_{u,e} x)$ (each
+# expert's $W_g$ and $W_u$ are the two halves of its `experts.gate_up_proj[e]`). Then count
+# the experts' weights the layer holds and those one token reads, and do the same sum for
+# Mixtral 8x7B: 32 layers of 8 experts, 2 per token, width 4096, experts 14,336 wide.
+
+# %%
+# Solution
+from attention.model.experts import MixtureOfExperts  # noqa: E402
+
+moe = MixtureOfExperts(64, 96, num_experts=8, top_k=2)
+x = torch.randn(1, 1, 64)
+token = x[0, 0]  # (64,)
+with torch.no_grad():
+    p = torch.softmax(moe.gate.weight @ token, dim=0)  # (8,)
+    top = p.topk(2)
+    w = top.values / top.values.sum()  # normalize=True, the default
+    by_hand = torch.zeros(64)
+    for weight, e in zip(w, top.indices.tolist(), strict=True):
+        g, u = (moe.experts.gate_up_proj[e] @ token).chunk(2)  # (96,) each
+        by_hand += weight * (
+            moe.experts.down_proj[e] @ (nn.functional.silu(g) * u)
+        )
+    torch.testing.assert_close(by_hand, moe(x)[0, 0], atol=1e-5, rtol=0)
+held = sum(
+    p.numel() for p in moe.experts.parameters()
+)  # 8 experts x 3 x 64 x 96
+chosen = sorted(top.indices.tolist())
+print(f"experts chosen: {chosen}; held {held:,}, read {held // 4:,}")
+mixtral = (
+    32 * 8 * 3 * 4096 * 14336
+)  # layers x experts x (W_g, W_u, W_d) x D x H
+print(
+    f"Mixtral 8x7B's experts: {mixtral / 1e9:.1f} B held, "
+    f"{mixtral * 2 / 8 / 1e9:.1f} B read per token"
+)
