@@ -199,15 +199,17 @@ class LlamaBlock(nn.Module):
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`; `TransformerBlock.forward`'s arguments.
 
         Raises:
-            NotImplementedError: a linear-attention layer given padding, documents, or asked
-                for its weights (it has no softmax weights).
+            NotImplementedError: a linear-attention layer given padding after a token or in a
+                later chunk, documents, or asked for its weights (it has no softmax weights).
         """
         h: Tensor = x if self.norm1 is None else self.norm1(x)  # (b, T, emb_dim)
         kwargs = {"cache": cache, "document_ids": documents, "positions": positions,
                   "angles": angles}  # fmt: skip
         if isinstance(self.att, GatedDeltaNet):
-            _check_linear(padded, documents, self.record)
+            _check_linear(padded, documents, self.record, cache)
             assert cache is None or isinstance(cache, GatedDeltaState)  # checked by the model
+            if padded is not None:  # left padding, read as zeros: the state stays empty
+                h = h.masked_fill(padded[..., None], 0.0)
             h = self.att(h, state=cache)  # positions: none enter a linear layer
         elif self.record is None:
             h = self.att(h, padded, **kwargs)
@@ -246,13 +248,26 @@ def _feed_forward(
     )  # fmt: skip
 
 
-def _check_linear(padded: Tensor | None, documents: Tensor | None, record: object) -> None:
-    """Refuse what a Gated DeltaNet layer here does not take, by name."""
-    if padded is not None or documents is not None:
+def _check_linear(
+    padded: Tensor | None, documents: Tensor | None, record: object, state: object = None
+) -> None:
+    """Refuse what a Gated DeltaNet layer here does not take, by name: document ids, weights,
+    and padding other than before the first token of a sequence's first chunk. There it is
+    exact (transformers' rule): read as zeros, a padded token leaves the empty state empty."""
+    if documents is not None:
         raise NotImplementedError(
-            "a GatedDeltaNet layer takes no attention_mask or document_ids here: its state "
-            "reads every token in order (run each sequence unpadded)"
+            "a GatedDeltaNet layer takes no document_ids here: its state reads every token of "
+            "a row in order"
         )
+    if padded is not None and bool(padded.any()):
+        after_a_token = bool((padded[:, 1:] & ~padded[:, :-1]).any())
+        continued = isinstance(state, GatedDeltaState) and state.length > 0
+        if after_a_token or continued:
+            raise NotImplementedError(
+                "a GatedDeltaNet layer takes attention_mask padding only on the left of a "
+                "sequence's first chunk (its state would fade over padding after a token); "
+                f"got padding {'after a token' if after_a_token else 'in a later chunk'}"
+            )
     if record is not None:
         raise NotImplementedError("a GatedDeltaNet layer has no softmax weights to return")
 
@@ -357,8 +372,9 @@ class LlamaModel(GPTModel):
     ) -> Tensor:
         """`GPTModel.logits` with each layer's own RoPE (or none), and Gemma's soft cap."""
         pad = None if attention_mask is None else attention_mask == 0  # (b, T): True = padding
-        if any(isinstance(block.att, GatedDeltaNet) for block in self.blocks):
-            _check_linear(pad, document_ids, None)  # before any cache takes the chunk
+        linear = [i for i, block in enumerate(self.blocks) if isinstance(block.att, GatedDeltaNet)]
+        if linear:  # checked before any cache takes the chunk
+            _check_linear(pad, document_ids, None, None if caches is None else caches[linear[0]])
         tokens = self.positions(in_idx, caches, pad, positions)  # once, for every block
         x = self.embed(in_idx)
         made: dict[int, tuple[Tensor, Tensor]] = {}  # each table's cos and sin, made once

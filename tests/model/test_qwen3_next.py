@@ -104,6 +104,25 @@ def test_the_linear_layers_cache_does_not_grow(transformers: ModuleType) -> None
 
 
 @SLOW
+def test_a_left_padded_batch_writes_each_rows_tokens(transformers: ModuleType) -> None:
+    """Left padding read as zeros leaves each Gated DeltaNet state empty (transformers' rule):
+    each row of a padded batch gets transformers' greedy tokens for that row alone."""
+    with torch.no_grad(), float64_casts(tensor_float=True):
+        theirs = tiny(transformers)
+        ours = attention.from_hf(theirs)
+        mask = torch.ones(B, 6, dtype=torch.long)
+        mask[1, :3] = 0
+        prompt = ids()[:, :6].masked_fill(mask == 0, 0)
+        tokens = attention.generate(ours, prompt, 5, attention_mask=mask)[:, 6:]
+        for row in range(B):
+            alone = prompt[row : row + 1, mask[row] == 1]
+            want = theirs.generate(alone, max_new_tokens=5, do_sample=False)[0, alone.shape[1] :]
+            assert torch.equal(tokens[row], want), row
+        padded_logits = ours(prompt, attention_mask=mask)[1, 3:]
+        assert_close(padded_logits, ours(prompt[1:, 3:])[0], **EXACT)
+
+
+@SLOW
 def test_generation_cached_equals_uncached_and_refills(transformers: ModuleType) -> None:
     ours = attention.from_hf(tiny(transformers))
     prompt = ids()[:, :4]
@@ -117,8 +136,19 @@ def test_generation_cached_equals_uncached_and_refills(transformers: ModuleType)
 def test_what_a_linear_layer_does_not_take_is_refused_by_name(transformers: ModuleType) -> None:
     ours = attention.from_hf(tiny(transformers))
     tokens = ids()
-    with pytest.raises(NotImplementedError, match="GatedDeltaNet layer takes no attention_mask"):
-        ours(tokens, attention_mask=torch.ones_like(tokens))
+    right = torch.ones_like(tokens)
+    right[0, -2:] = 0  # padding after a token: the state would fade over it
+    with pytest.raises(
+        NotImplementedError, match=r"padding only on the left .* got padding after a token"
+    ):
+        ours(tokens, attention_mask=right)
+    caches = ours.init_caches(B)
+    ours(tokens[:, :3], caches)
+    left = torch.ones_like(tokens[:, 3:])
+    left[0, 0] = 0
+    with pytest.raises(NotImplementedError, match="got padding in a later chunk"):
+        ours(tokens[:, 3:], caches, attention_mask=left)
+    assert [c.length for c in caches] == [3] * 4  # the refused chunk changed no cache
     with pytest.raises(NotImplementedError, match="GatedDeltaNet layer has no softmax weights"):
         ours.attention_weights(tokens)
     with pytest.raises(ValueError, match="static=True: this model has a linear-attention layer"):
@@ -165,8 +195,8 @@ def test_a_gated_layer_loads_alone_and_is_not_exported_as_llama(transformers: Mo
 
 
 def test_a_refused_chunk_leaves_every_cache_as_it_was() -> None:
-    """A softmax layer before a linear one: padding is refused before the first layer's cache
-    takes the chunk."""
+    """A softmax layer before a linear one: padding after a token is refused before the first
+    layer's cache takes the chunk."""
     torch.manual_seed(0)
     linear = GatedDeltaNet(16, num_k_heads=1, num_v_heads=2, head_k_dim=8, head_v_dim=8)
     cfg = {"vocab_size": VOCAB, "context_length": 16, "emb_dim": 16, "hidden_dim": 32,
@@ -174,8 +204,10 @@ def test_a_refused_chunk_leaves_every_cache_as_it_was() -> None:
     model = LlamaModel(cfg).eval()
     caches = model.init_caches(1)
     tokens = ids()[:1, :4]
-    with pytest.raises(NotImplementedError, match="takes no attention_mask or document_ids"):
-        model(tokens, caches, attention_mask=torch.ones_like(tokens))
+    mask = torch.ones_like(tokens)
+    mask[0, 2] = 0
+    with pytest.raises(NotImplementedError, match="padding only on the left"):
+        model(tokens, caches, attention_mask=mask)
     assert [cache.length for cache in caches] == [0, 0]
     with torch.no_grad():
         assert_close(model(tokens, caches), model(tokens), rtol=0, atol=1e-5)
