@@ -230,6 +230,8 @@ class MixtureOfExperts(nn.Module):
         return out.view(x.shape)
 
     def extra_repr(self) -> str:
+        """Shown by `print(module)`: what the router and experts (printed below) do not say."""
         shared = "" if self.shared_expert is None else ", a shared expert"
         gated = "" if self.shared_expert_gate is None else " (gated)"
-        return self.gate.extra_repr() + shared + gated
+        scaled = ", the weights scale the inputs" if self.scale_input else ""
+        return f"top_k={self.top_k} of {self.num_experts} experts" + shared + gated + scaled
