@@ -332,10 +332,12 @@ def _gain_offset(module: nn.Module) -> float:
 def _with_gains(hf_model: nn.Module, state: dict[str, Tensor]) -> dict[str, Tensor]:
     """`state` with every norm's gain as the package's `RMSNorm` applies it (Gemma's 1 + g)."""
     offsets: dict[type, float] = {}
+    loaded = tuple(f"{name}." for name, module in hf_model.named_modules()
+                   if type(module).__name__ in MODULES)  # fmt: skip
     for name, module in hf_model.named_modules():
         key = f"{name}.weight"
-        if "norm" not in name.rsplit(".", 1)[-1] or key not in state or ".linear_attn." in key:
-            continue  # (a linear_attn's gated norm is its loader's: it reads the module)
+        if "norm" not in name.rsplit(".", 1)[-1] or key not in state or key.startswith(loaded):
+            continue  # (a module of MODULES, and its norms, its loader reads as they are)
         kind = type(module)
         if kind not in offsets:
             offsets[kind] = _gain_offset(module)

@@ -428,9 +428,12 @@ class GPTModel(nn.Module):
     ) -> Tokens:
         """The tokens' positions, as every block's attention counts them
         ([`queries`][attention.layer.tokens.queries]): `positions` if given, else each row's
-        real tokens (`padded` True = padding) after what the caches hold."""
+        real tokens (`padded` True = padding) after what the caches hold: the first key/value
+        cache's count, which knows each row's (a linear layer's state counts only tokens read)."""
         b, num_tokens = in_idx.shape
         cache = None if caches is None else caches[0]
+        if cache is not None and not isinstance(cache, KVCache):  # a linear layer's state
+            cache = next((c for c in caches if isinstance(c, KVCache)), cache)
         return queries(b, num_tokens, padded, positions, None, in_idx.device, cache)
 
     def init_caches(self, batch_size: int, max_tokens: int | None = None) -> list[KVCache]:

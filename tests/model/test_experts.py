@@ -1,6 +1,6 @@
 """The top-k mixture of experts: the definition, the work it skips, and whole Mixtral,
-Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3, Llama 4 and Qwen3-Next models from transformers
-(float64)."""
+Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V3 and V3.2, Llama 4 and Qwen3-Next models from
+transformers (float64)."""
 
 from __future__ import annotations
 
@@ -138,6 +138,15 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
                                    "num_hidden_layers": 3, "kv_lora_rank": 8, "q_lora_rank": 12,
                                    "qk_rope_head_dim": 4, "qk_nope_head_dim": 4,
                                    "v_head_dim": 8, "head_dim": 4}),
+    "deepseek v3.2": ("DeepseekV32", {"n_routed_experts": 8, "num_experts_per_tok": 3,
+                                      "moe_intermediate_size": 16, "n_group": 4,
+                                      "topk_group": 2, "n_shared_experts": 1,
+                                      "first_k_dense_replace": 1, "num_hidden_layers": 3,
+                                      "kv_lora_rank": 8, "q_lora_rank": 12,
+                                      "qk_rope_head_dim": 4, "qk_nope_head_dim": 4,
+                                      "v_head_dim": 8, "head_dim": 4, "num_key_value_heads": 4,
+                                      "index_topk": 4, "index_n_heads": 2, "index_head_dim": 8,
+                                      "attn_implementation": "eager"}),
     "llama 4": ("Llama4Text", {"num_local_experts": 4, "num_experts_per_tok": 1,
                                "num_hidden_layers": 4, "interleave_moe_layer_step": 2,
                                "intermediate_size_mlp": 40, "attention_chunk_size": 4,
@@ -176,10 +185,10 @@ def test_whole_mixture_models_equal_transformers(family: str) -> None:
         ours = attention.from_hf(theirs)
         want = theirs(ids).logits
         assert_close(ours(ids), want, rtol=0, atol=1e-12 * float(want.abs().max()) + 1e-12)
-        # a left-padded batch (Gated DeltaNet layers take no mask), against transformers on
-        # each row alone (its padded batch fails in DeepSeek-V3's attention)
+        # a left-padded batch, against transformers on each row alone (its padded batch
+        # fails in DeepSeek-V3's attention)
         mask = torch.ones(2, 6, dtype=torch.long)
-        mask[1, :2] = 0 if family != "qwen3 next" else 1
+        mask[1, :2] = 0 if family != "deepseek v3.2" else 1  # its layer takes no padding
         prompt = ids[:, :6].masked_fill(mask == 0, 0)
         tokens = attention.generate(ours, prompt, 6, attention_mask=mask)[:, 6:]
         for row in range(2):
@@ -188,6 +197,8 @@ def test_whole_mixture_models_equal_transformers(family: str) -> None:
             assert torch.equal(tokens[row], theirs_row[0, alone.shape[1] :]), row
     kinds = {type(block.ff).__name__ for block in ours.blocks}
     assert "MixtureOfExperts" in kinds
+    if family == "deepseek v3.2":  # the indexer's top 4 of 9 keys: sparse attention
+        assert {type(b.att).__name__ for b in ours.blocks} == {"SparseLatentAttention"}
     if family == "deepseek v3":  # first_k_dense_replace=1; latent attention in every layer
         assert [type(b.ff).__name__ for b in ours.blocks] == ["SwiGLU"] + ["MixtureOfExperts"] * 2
         assert {type(b.att).__name__ for b in ours.blocks} == {"MultiHeadLatentAttention"}

@@ -118,8 +118,14 @@ def test_a_left_padded_batch_writes_each_rows_tokens(transformers: ModuleType) -
             alone = prompt[row : row + 1, mask[row] == 1]
             want = theirs.generate(alone, max_new_tokens=5, do_sample=False)[0, alone.shape[1] :]
             assert torch.equal(tokens[row], want), row
-        padded_logits = ours(prompt, attention_mask=mask)[1, 3:]
-        assert_close(padded_logits, ours(prompt[1:, 3:])[0], **EXACT)
+        # the padded row, then three decode steps, against the row alone: the softmax
+        # layer's positions come from its own cache, which counts each row's real tokens
+        batch, alone = ours.init_caches(B), ours.init_caches(1)
+        padded_logits = ours(prompt, batch, attention_mask=mask)[1, 3:]
+        assert_close(padded_logits, ours(prompt[1:, 3:], alone)[0], **EXACT)
+        for token in tokens[1, :3].tolist():
+            step = torch.tensor([[token]])
+            assert_close(ours(step.expand(B, 1), batch)[1], ours(step, alone)[0], **EXACT)
 
 
 @SLOW
