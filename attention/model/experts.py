@@ -1,5 +1,5 @@
-r"""A top-$k$ mixture of experts: the feed-forward of Mixtral, Qwen3-MoE, Qwen3-Next and
-DeepSeek-V3.
+r"""A top-$k$ mixture of experts: the feed-forward of Mixtral, Qwen3-MoE, Qwen3-Next,
+DeepSeek-V3 and Llama 4.
 
 A router scores the $E$ experts for each token, the $k$ best of them run on it, and their
 outputs are added with the router's weights; a shared expert, where the model has one, runs
@@ -19,18 +19,18 @@ y &= \textstyle\sum_{e \in S} w_e\, E_e(x)
 \end{aligned}
 $$
 
-or, in Llama 4 (`scale_input`), $\sum_{e \in S} E_e(w_e\, x)$: the weight scales what the
-expert reads, $w_e = \sigma(\ell_e)$ of its logit;
-
 with $\lambda$ DeepSeek-V3's `routed_scaling_factor` (else 1) and the shared expert's gate
-$\sigma(w_s \cdot x)$ Qwen's (DeepSeek-V3's shared experts have none). DeepSeek-V3 also
+$\sigma(w_s \cdot x)$ Qwen's (DeepSeek-V3's and Llama 4's shared experts have none). In
+Llama 4 (`scale_input`) the routed sum is $\sum_{e \in S} E_e(w_e\, x)$, with
+$w_e = \sigma(\ell_e)$ of its logit: the weight scales what the expert reads. DeepSeek-V3 also
 limits each token's experts to `topk_group` of `groups` equal groups of experts, each group
 scored by the sum of its two best $s_e + b_e$.
 
 Only the chosen experts run, each on the tokens that chose it: a token costs $k$ experts'
 work, not $E$. The weights are kept as transformers keeps them (`gate.weight` `(E, D)`,
 `experts.gate_up_proj` `(E, 2H, D)`, `experts.down_proj` `(E, D, H)`, `shared_expert`,
-`shared_expert_gate`), so a decoder layer's `mlp` state dict loads as it is.
+`shared_expert_gate`), so a decoder layer's `mlp` state dict loads as it is (Llama 4's
+experts are stored transposed, and `from_hf` transposes them).
 
 Examples:
     >>> _ = torch.manual_seed(0)
