@@ -7,24 +7,24 @@ on every token:
 
 $$
 \begin{aligned}
-s &= \operatorname{softmax}(W_r\, x) \text{ (Mixtral, Qwen) or } \sigma(W_r\, x)
-     \text{ (DeepSeek-V3)} \in \mathbb{R}^{E}, \\
-S &= \text{the indices of the } k \text{ largest } s_e + b_e
-     \text{ (} b \text{: DeepSeek-V3's bias, for choosing only)}, \\
-w_e &= \lambda\, s_e \quad \text{or, with } \texttt{normalize}, \quad
-      w_e = \lambda\, s_e \big/ \textstyle\sum_{e' \in S} s_{e'}, \\
+s &= \operatorname{softmax}(W_r\, x) \in \mathbb{R}^{E}, \\
+S &= \operatorname{top}_k(s + b), \\
+w_e &= \lambda\, s_e \big/ Z, \quad e \in S, \\
 E_e(x) &= W_{d,e}\, (\operatorname{act}(W_{g,e}\, x) \odot W_{u,e}\, x), \\
-y &= \textstyle\sum_{e \in S} w_e\, E_e(x)
-     \;+\; \sigma(w_s \cdot x)\, E_{\text{shared}}(x) ,
+y &= \textstyle\sum_{e \in S} w_e\, E_e(x) + g\, E_{\text{sh}}(x) .
 \end{aligned}
 $$
 
-with $\lambda$ DeepSeek-V3's `routed_scaling_factor` (else 1) and the shared expert's gate
-$\sigma(w_s \cdot x)$ Qwen's (DeepSeek-V3's and Llama 4's shared experts have none). In
-Llama 4 (`scale_input`) the routed sum is $\sum_{e \in S} E_e(w_e\, x)$, with
-$w_e = \sigma(\ell_e)$ of its logit: the weight scales what the expert reads. DeepSeek-V3 also
-limits each token's experts to `topk_group` of `groups` equal groups of experts, each group
-scored by the sum of its two best $s_e + b_e$.
+Mixtral, Qwen and OLMoE score with the softmax; DeepSeek-V3 with $s = \sigma(W_r\, x)$, and
+adds a learned bias $b$ to the scores for choosing only ($b = 0$ elsewhere). $Z$ is
+$\sum_{e' \in S} s_{e'}$ with `normalize` (Mixtral; Qwen's `norm_topk_prob`), else 1;
+$\lambda$ is DeepSeek-V3's `routed_scaling_factor`, else 1. The shared expert
+$E_{\text{sh}}$, where the model has one, runs on every token, with the gate
+$g = \sigma(w_s \cdot x)$ in Qwen and $g = 1$ in DeepSeek-V3 and Llama 4. In Llama 4
+(`scale_input`) the routed sum is $\sum_{e \in S} E_e(w_e\, x)$, with $w_e = \sigma(\ell_e)$
+of its logit: the weight scales what the expert reads. DeepSeek-V3 also limits each token's
+experts to `topk_group` of `groups` equal groups of experts, each group scored by the sum of
+its two best $s_e + b_e$.
 
 Only the chosen experts run, each on the tokens that chose it: a token costs $k$ experts'
 work, not $E$. The weights are kept as transformers keeps them (`gate.weight` `(E, D)`,
