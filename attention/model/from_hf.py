@@ -241,8 +241,7 @@ def _routing(router: nn.Module, i: int) -> dict[str, Any]:
     softmax; then checked by running both on a probe. A router that computes none is refused."""
     hf: Any = router
     weight: Tensor = hf.weight.detach()
-    generator = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(6, weight.shape[1], generator=generator).to(weight.device, weight.dtype)
+    x = _probe(6, weight.shape[1], weight)
     with torch.no_grad():
         out = router(x)
     if hasattr(hf, "routed_scaling_factor") or hasattr(hf, "e_score_correction_bias"):
@@ -308,12 +307,18 @@ def _activation(settings: Mapping[str, Any]) -> str:
     return str(act)
 
 
+def _probe(rows: int, width: int, like: Tensor) -> Tensor:
+    """The same seeded random inputs `(rows, width)` every time, in `like`'s dtype and device:
+    what a module of transformers is run on to find what it computes."""
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    return torch.randn(rows, width, generator=generator).to(like.device, like.dtype)
+
+
 def _gain_offset(module: nn.Module) -> float:
     """0 if `module` computes x / rms(x) * g (Llama), 1 if x / rms(x) * (1 + g) (Gemma):
     found by running it on a probe; anything else is refused."""
     weight: Tensor = getattr(module, "weight").detach()  # noqa: B009
-    generator = torch.Generator(device="cpu").manual_seed(0)
-    x = torch.randn(3, weight.shape[0], generator=generator).to(weight.device, weight.dtype)
+    x = _probe(3, weight.shape[0], weight)
     eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
     with torch.no_grad():
         out = module(x).double()

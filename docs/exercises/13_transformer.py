@@ -227,7 +227,8 @@ held = sum(
     p.numel() for p in moe.experts.parameters()
 )  # 8 experts x 3 x 64 x 96
 chosen = sorted(top.indices.tolist())
-print(f"experts chosen: {chosen}; held {held:,}, read {held // 4:,}")
+read = held * moe.top_k // moe.num_experts  # 2 of 8
+print(f"experts chosen: {chosen}; held {held:,}, read {read:,}")
 mixtral = (
     32 * 8 * 3 * 4096 * 14336
 )  # layers x experts x (W_g, W_u, W_d) x D x H
