@@ -196,14 +196,14 @@ def test_the_kernel_calls_are_the_plans(mask: str, mods: str, pad: str, on_flex:
 def test_compiled_flex_on_the_cpu_skips_tiles_and_equals_the_reference(rule: object) -> None:
     """Compiled FlexAttention runs on the CPU and skips the tiles its block mask marks empty
     (as on CUDA): per-row documents refilled in place, windows, sinks, at positions other
-    than 0 .. T - 1, against the explicit path (float32: compiled FlexAttention on the CPU
-    takes no float64, torch 2.13; the explicit path is held to the float64 reference by
-    the tests above)."""
+    than 0 .. T - 1, with Qwen3-Next's output gate, against the explicit path (float32:
+    compiled FlexAttention on the CPU takes no float64, torch 2.13; the explicit path is held
+    to the float64 reference by the tests above and tests/layer/test_output_gate.py)."""
     torch.manual_seed(0)
     n = 300  # tiles of 128: three query blocks, some of them skipped
     ids = torch.zeros(2, n, dtype=torch.long)
     ids[0, 100:], ids[1, 200:] = 1, 1
-    mha = MultiHeadAttention(16, 16, 512, 0.0, 2, num_kv_heads=1, rope=True,
+    mha = MultiHeadAttention(16, 16, 512, 0.0, 2, num_kv_heads=1, rope=True, output_gate=True,
                              mask=causal() if rule is None else rule).eval()  # fmt: skip
     docs = ids if rule is None else None  # by token, refilled in place below
     x = torch.randn(2, n, 16)

@@ -185,6 +185,17 @@ def test_whole_mixture_models_equal_transformers(family: str) -> None:
         ours = attention.from_hf(theirs)
         want = theirs(ids).logits
         assert_close(ours(ids), want, rtol=0, atol=1e-12 * float(want.abs().max()) + 1e-12)
+        # at positions other than 0..T-1, which RoPE reads (the routers do not). Offsets are
+        # multiples of Llama 4's chunk of 4: its chunks are ours by position, transformers'
+        # by index (`position_ids` moves only its RoPE), the same where the two agree.
+        positions = torch.arange(9).expand(2, 9) + torch.tensor([[8], [20]])
+        if family == "deepseek v3.2":  # its indexer's top-k is by slot: no positions yet
+            with pytest.raises(ValueError, match=r"SparseLatentAttention takes no .*positions"):
+                ours.logits(ids, positions=positions)
+        else:
+            want = theirs(ids, position_ids=positions).logits
+            assert_close(ours.logits(ids, positions=positions), want, rtol=0,
+                         atol=1e-12 * float(want.abs().max()) + 1e-12)  # fmt: skip
         # a left-padded batch, against transformers on each row alone (its padded batch
         # fails in DeepSeek-V3's attention)
         mask = torch.ones(2, 6, dtype=torch.long)
