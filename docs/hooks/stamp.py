@@ -67,13 +67,18 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
 
     read = from_disk()
     if read and "stored" not in page.meta:
-        names = ", ".join(f"<code>{name.rsplit('.', 1)[-1]}</code>" for name in read)
-        trainings = "the training" if len(read) == 1 else "the trainings"
-        page.meta["stored"] = (
-            f"{trainings} {names}, read from the runs stored by an earlier build or test run "
-            "of the same code, data and versions (<code>attention_site.stored</code>)"
-        )
+        page.meta["stored"] = read_back(read)
     return html
+
+
+def read_back(functions: list[str]) -> str:
+    """What the footer says of the trainings (`module.name`) a page read from disk."""
+    names = ", ".join(f"<code>{name.rsplit('.', 1)[-1]}</code>" for name in functions)
+    trainings = "the training" if len(functions) == 1 else "the trainings"
+    return (
+        f"{trainings} {names}, read from the runs stored by an earlier build or test run "
+        "of the same code, data and versions (<code>attention_site.stored</code>)"
+    )
 
 
 def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:

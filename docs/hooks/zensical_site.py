@@ -35,9 +35,9 @@ from typing import Any
 import yaml
 
 # The hooks' modules, by name: run as a script, this file's folder is first on sys.path.
-build, explorer, gen_api, notebooks, package_hook, stamp = (
+build, explorer, gen_api, notebooks, package_hook, schedule, stamp = (
     importlib.import_module(name)
-    for name in ("build", "explorer", "gen_api", "notebooks", "package", "stamp")
+    for name in ("build", "explorer", "gen_api", "notebooks", "package", "schedule", "stamp")
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,10 +154,28 @@ def _nav(nav: Any) -> Any:
     return nav
 
 
-def stamp_pages(site: Path, docs: Path, default: str, package: Any) -> None:
+def stored_runs() -> dict[str, list[str]]:
+    """Each page that asks for trainings (docs/hooks/schedule.py's list), with those of them
+    stored on disk already (`module.name`): what it will read back instead of computing.
+    Called before the build, which stores the others."""
+    from attention_site.stored import location, storable
+
+    stored: dict[str, list[str]] = {}
+    for page, needed in schedule.runs().items():
+        paths = [(f, location(f, kwargs) if storable(f, kwargs) else None) for f, kwargs in needed]
+        names = [f"{f.__module__}.{f.__qualname__}" for f, path in paths
+                 if path is not None and path.exists()]  # fmt: skip
+        if names:
+            stored[page] = list(dict.fromkeys(names))
+    return stored
+
+
+def stamp_pages(site: Path, docs: Path, default: str, package: Any,
+                runs: dict[str, list[str]]) -> None:  # fmt: skip
     """Each page's footer as docs/hooks/stamp.py words it: a page that runs no code says so,
-    and a page with stored results (front matter `stored:`) names them; and as
-    docs/hooks/package.py links it, to the page's source."""
+    and a page with stored results (front matter `stored:`, else the trainings it read back:
+    `runs`, from `stored_runs`) names them; and as docs/hooks/package.py links it, to the
+    page's source."""
     for page in docs.rglob("*.md"):
         rel = page.relative_to(docs)
         original = ROOT / "docs" / rel
@@ -166,6 +184,8 @@ def stamp_pages(site: Path, docs: Path, default: str, package: Any) -> None:
         computed = build.computes(source, notebook)
         meta = re.match(r"---\n(.*?)\n---\n", source, re.DOTALL)
         stored = yaml.safe_load(meta[1]).get("stored") if meta else None
+        if not stored and rel.as_posix() in runs:
+            stored = stamp.read_back(runs[rel.as_posix()])
         folder = rel.parent if rel.stem == "index" else rel.with_suffix("")
         html = site / folder / "index.html"
         if not html.exists():
@@ -188,6 +208,7 @@ def main(site: Path) -> None:
     expand_directives(docs, package, facts)
     stage_notebooks(docs, package)
     path, default = stage_config(config, STAGE / "site")  # inside the project's folder
+    runs = stored_runs()  # before the build stores the others
     staged = time.perf_counter()
     print(f"staged in {staged - start:.1f} s; building with Zensical", flush=True)
     warnings = _Warnings()  # Zensical's strict mode misses what Python code logs
@@ -201,7 +222,7 @@ def main(site: Path) -> None:
                          + "\n".join(warnings.records))  # fmt: skip
     shutil.rmtree(site, ignore_errors=True)
     shutil.move(STAGE / "site", site)
-    stamp_pages(site, docs, default, package)
+    stamp_pages(site, docs, default, package, runs)
     count = explorer.publish(site.resolve())  # the explorers' weights, checked in Chromium
     print(f"explorer: {count} models written and checked in Chromium", flush=True)
     pages = len(list(site.rglob("index.html")))
