@@ -68,7 +68,10 @@ returns the package's layer with its weights."""
 _DENSE = {"gate_proj", "up_proj", "down_proj"}
 _MIXTURE = ("gate", "router", "experts", "shared_expert", "shared_expert_gate", "shared_experts")
 _SHARED = ("shared_expert", "shared_experts")  # Qwen's name, DeepSeek-V3's
-_RENAMED = ((".shared_expert.", ".shared_experts."), (".gate.", ".router."))
+_RENAMED = tuple((f".{ours}.", f".{theirs}.")
+                 for ours, theirs in [_SHARED, ("gate", "router")])  # fmt: skip
+"""Our name in a feed-forward's state -> another family's: DeepSeek-V3's shared experts,
+Llama 4's router."""
 
 MULTIPLIERS = ("embedding_multiplier", "logits_scaling", "logit_scale", "residual_multiplier")
 """Granite's and Cohere's scalings of the embeddings, logits and residuals: refused unless 1."""
