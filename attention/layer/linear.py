@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,7 @@ from torch import Tensor
 from attention.checks import check_flag, check_size, check_tensor
 
 __all__ = [
+    "LinearCache",
     "LinearState",
     "check_qkv",
     "elu_plus_one",
@@ -97,6 +99,51 @@ class LinearState:
     def nbytes(self) -> int:
         """The bytes the state holds."""
         return self.S.nbytes + self.z.nbytes
+
+
+class LinearCache:
+    """A linear-attention layer's memory while a model decodes: its
+    [`LinearState`][attention.layer.linear.LinearState] after the tokens read, and how many
+    they were. `update` replaces the state with one of the same shapes: it never grows.
+    `length` counts the tokens read, so a model's caches agree on where the next token stands
+    (a [`KVCache`][attention.layer.cache.KVCache]'s `length`, one position per row).
+
+    Examples:
+        >>> cache = LinearCache(LinearState.zeros(torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8)))
+        >>> cache.batch_size, cache.length, cache.nbytes  # (2 * 4 * 8 * 8 + 2 * 4 * 8) floats
+        (2, 0, 2304)
+    """
+
+    contiguous: ClassVar[bool] = True  # every row at `length`: no padding is taken
+    max_tokens: ClassVar[None] = None  # no limit: the state has no slots to fill
+
+    def __init__(self, state: LinearState, length: int = 0) -> None:
+        self.state, self.length = state, length
+
+    @property
+    def batch_size(self) -> int:
+        """Sequences held."""
+        return self.state.S.shape[0]
+
+    def update(self, state: LinearState, num_tokens: int) -> None:
+        """Keep `state`, the state after `num_tokens` more tokens; its shapes must not change."""
+        for name in ("S", "z"):
+            old, new = getattr(self.state, name), getattr(state, name)
+            if new.shape != old.shape:
+                raise ValueError(f"state.{name} must keep shape {tuple(old.shape)}, got "
+                                 f"{tuple(new.shape)}")  # fmt: skip
+        self.state = state
+        self.length += num_tokens
+
+    def reset(self) -> None:
+        """Forget every token: zeros, `length` 0 (as a new cache)."""
+        self.state = LinearState(torch.zeros_like(self.state.S), torch.zeros_like(self.state.z))
+        self.length = 0
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the state holds, whatever the number of tokens read."""
+        return self.state.nbytes
 
 
 def check_qkv(q: object, k: object, v: object) -> tuple[Tensor, Tensor, Tensor]:

@@ -56,6 +56,7 @@ from attention.checks import (
 from attention.layer.arguments import check_documents
 from attention.layer.cache import KVCache
 from attention.layer.gated_delta import GatedDeltaState
+from attention.layer.linear import LinearCache
 from attention.layer.multihead import MultiHeadAttention
 from attention.layer.tokens import Tokens, queries
 
@@ -343,11 +344,11 @@ class GPTModel(nn.Module):
         if not isinstance(caches, list | tuple) or len(caches) != len(blocks):
             raise ValueError(f"caches must be a list of one KVCache per block ({len(blocks)}), "
                              f"got {caches!r:.60}")  # fmt: skip
-        if not all(isinstance(cache, KVCache | GatedDeltaState) for cache in caches):
+        if not all(isinstance(cache, KVCache | GatedDeltaState | LinearCache) for cache in caches):
             kinds = [type(cache).__name__ for cache in caches]
             raise TypeError(
                 "caches must hold one cache per block (a KVCache, or a linear layer's "
-                f"GatedDeltaState; from init_caches), got {kinds}"
+                f"state, GatedDeltaState or LinearCache; from init_caches), got {kinds}"
             )
         if len({id(cache) for cache in caches}) != len(caches):
             raise ValueError("caches must be distinct KVCache objects, one per block (from "

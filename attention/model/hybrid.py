@@ -24,7 +24,10 @@ $$
 
 The right-hand form is a recurrence over a state $S_t$ of fixed size: what the layer knows of
 the past is a $d_h \times d_h$ matrix per head, however long the sequence; a softmax layer
-keeps every earlier key and value. Here the layer computes the left-hand (parallel) form.
+keeps every earlier key and value. The layer computes the left-hand (parallel) form over a
+whole sequence, and the state's when it decodes with a cache: its
+[`LinearCache`][attention.layer.linear.LinearCache] holds $(S_t, z_t)$, the same bytes
+after 1 token as after 1,000.
 
 Examples:
     >>> import torch
@@ -43,23 +46,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from attention.checks import check_flag, check_size
-from attention.layer.cache import KVCache
-from attention.layer.linear import linear_parallel
+from attention.layer.linear import LinearCache, LinearState, linear_chunked, linear_parallel
 from attention.model.gpt import FeedForward, GPTModel, LayerNorm
 
 __all__ = ["LAYER_TYPES", "HybridGPTModel", "LinearAttention", "LinearBlock", "layer_types"]
 
 LAYER_TYPES = ("full_attention", "linear_attention")
 """The kinds of layer a `layer_types` list may name (Qwen3-Next's config's words)."""
-
-_NO_CACHE = (
-    "a linear-attention layer keeps a (head_dim, head_dim) state per head, not a KVCache, and "
-    "this hybrid's cached decoding is not written: run the model on the whole sequence (a "
-    "LlamaModel whose linear layers are GatedDeltaNet decodes with their states)"
-)
 
 
 class LinearAttention(nn.Module):
@@ -70,7 +67,10 @@ class LinearAttention(nn.Module):
     ($\phi = \operatorname{elu} + 1$; no $1/\sqrt{d_h}$: a constant factor on every
     $\phi(q_t) \cdot \phi(k_s)$ cancels in the ratio), and `out_proj` mixes the heads.
     No positions enter it (like Qwen3-Next's linear layers, it takes no rotary angles): the
-    model's position embedding, or a softmax layer, supplies them.
+    model's position embedding, or a softmax layer, supplies them. With a `cache` (from
+    `init_cache`) it continues from the state there, chunk by chunk
+    ([`linear_chunked`][attention.layer.linear.linear_chunked]), and leaves the state after
+    `x` in it.
 
     Args:
         d_in: the width of each input token.
@@ -87,7 +87,14 @@ class LinearAttention(nn.Module):
         >>> layer = LinearAttention(d_in=8, d_out=8, num_heads=2)
         >>> layer(torch.randn(3, 5, 8)).shape  # (batch, num_tokens, d_out)
         torch.Size([3, 5, 8])
+        >>> x, cache = torch.randn(1, 5, 8), layer.init_cache(batch_size=1)
+        >>> steps = torch.cat([layer(x[:, :3], cache), layer(x[:, 3:4], cache),
+        ...                    layer(x[:, 4:], cache)], dim=1)
+        >>> torch.allclose(steps, layer(x), atol=1e-6), cache.length
+        (True, 5)
     """
+
+    window = None  # no window: a model's caches ask (`GPTModel.init_caches`)
 
     def __init__(self, d_in: int, d_out: int, num_heads: int, qkv_bias: bool = False) -> None:
         super().__init__()
@@ -103,21 +110,51 @@ class LinearAttention(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """`(b, T, d_in)` -> `(b, T, d_out)`; each output reads only its own and earlier tokens.
+    def init_cache(self, batch_size: int, max_tokens: int | None = None) -> LinearCache:
+        """An empty [`LinearCache`][attention.layer.linear.LinearCache] (zeros) for decoding
+        `batch_size` sequences; `max_tokens` (checked) sizes nothing: the state never grows."""
+        if max_tokens is not None:
+            check_size("max_tokens", max_tokens)
+        heads = self.out_proj.weight.new_zeros(check_size("batch_size", batch_size),
+                                               self.num_heads, 1, self.head_dim)  # fmt: skip
+        return LinearCache(LinearState.zeros(heads, heads))
+
+    def check_cache(self, cache: object, batch_size: int, num_tokens: int = 0) -> None:
+        """Raise an error naming `cache` unless it is a state of this layer for `batch_size`
+        rows, in its dtype and on its device (`num_tokens`: any, the state has no slots)."""
+        if not isinstance(cache, LinearCache):
+            raise TypeError(f"cache must be this LinearAttention layer's LinearCache (from "
+                            f"init_cache), got {type(cache).__name__}")  # fmt: skip
+        want = self.init_cache(batch_size).state.S
+        got = cache.state.S
+        if (got.shape, got.dtype, got.device) != (want.shape, want.dtype, want.device):
+            raise ValueError(f"cache must hold a state {tuple(want.shape)} {want.dtype} on "
+                             f"{want.device} (batch, heads, d_h, d_h), got {tuple(got.shape)} "
+                             f"{got.dtype} on {got.device}")  # fmt: skip
+
+    def forward(self, x: Tensor, cache: LinearCache | None = None) -> Tensor:
+        """`(b, T, d_in)` -> `(b, T, d_out)`; each output reads only its own and earlier
+        tokens, and those `cache` read before (its state then moves past `x`).
 
         Raises:
-            ValueError: `x` is not `(batch, num_tokens, d_in)`.
+            ValueError: `x` is not `(batch, num_tokens, d_in)`; a cache of another shape.
+            TypeError: a cache that is not a `LinearCache`.
         """
         if x.ndim != 3 or x.shape[-1] != self.d_in:
             raise ValueError(f"x must be (batch, num_tokens, d_in={self.d_in}), got "
                              f"{tuple(x.shape)}")  # fmt: skip
         b, num_tokens, _ = x.shape
+        if cache is not None:
+            self.check_cache(cache, b)
         heads = (b, num_tokens, self.num_heads, self.head_dim)
         q = self.W_query(x).view(heads).transpose(1, 2)  # (b, h, T, d_h)
         k = self.W_key(x).view(heads).transpose(1, 2)  # (b, h, T, d_h)
         v = self.W_value(x).view(heads).transpose(1, 2)  # (b, h, T, d_h)
-        context = linear_parallel(q, k, v)  # phi = elu + 1, normalised: (b, h, T, d_h)
+        if cache is None:
+            context = linear_parallel(q, k, v)  # phi = elu + 1, normalised: (b, h, T, d_h)
+        else:  # from the state (S, z) of the tokens before
+            context, state = linear_chunked(q, k, v, state=cache.state)
+            cache.update(state, num_tokens)  # computed: nothing is left half-updated
         assert context.shape == (b, self.num_heads, num_tokens, self.head_dim)
         context = context.transpose(1, 2).reshape(b, num_tokens, self.d_out)  # (b, T, d_out)
         out: Tensor = self.out_proj(context)
@@ -128,9 +165,10 @@ class LinearBlock(nn.Module):
     """The book's pre-norm block with [`LinearAttention`][attention.model.hybrid.LinearAttention]
     for its attention: the same `att`, `ff`, `norm1`, `norm2`, `drop_shortcut`.
 
-    Its forward takes what [`GPTModel`][attention.model.gpt.GPTModel] gives every block and
-    refuses what a linear layer here does not do (a cache, padding, packed documents); RoPE's
-    angles are not used (the layer takes no positions).
+    Its forward takes what [`GPTModel`][attention.model.gpt.GPTModel] gives every block, its
+    cache a [`LinearCache`][attention.layer.linear.LinearCache], and refuses what a linear
+    layer here does not do (padding, packed documents); RoPE's angles are not used (the layer
+    takes no positions).
     """
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
@@ -145,7 +183,7 @@ class LinearBlock(nn.Module):
     def forward(
         self,
         x: Tensor,
-        cache: KVCache | None = None,
+        cache: LinearCache | None = None,
         *,
         padded: Tensor | None = None,
         documents: Tensor | None = None,
@@ -155,18 +193,23 @@ class LinearBlock(nn.Module):
         """`(b, T, emb_dim)` -> `(b, T, emb_dim)`: `x + att(norm1(x))`, then `+ ff(norm2(.))`.
 
         Raises:
-            NotImplementedError: a cache, a padding mask or document ids.
+            NotImplementedError: a padding mask or document ids.
         """
-        if cache is not None:
-            raise NotImplementedError(_NO_CACHE)
-        if padded is not None or documents is not None:
-            raise NotImplementedError(
-                "a linear-attention layer here takes no attention_mask or document_ids: "
-                "its sum over s <= t has no mask"
-            )
-        x = x + self.drop_shortcut(self.att(self.norm1(x)))  # (b, T, emb_dim)
+        _refuse_masks(padded, documents)
+        x = x + self.drop_shortcut(self.att(self.norm1(x), cache))  # (b, T, emb_dim)
         out: Tensor = x + self.drop_shortcut(self.ff(self.norm2(x)))  # (b, T, emb_dim)
         return out
+
+
+def _refuse_masks(padded: Tensor | None, documents: Tensor | None) -> None:
+    """No padding (`padded` True anywhere, or an attention mask's 0), no documents."""
+    padding = padded is not None and bool((padded if padded.dtype == torch.bool
+                                           else padded == 0).any())  # fmt: skip
+    if padding or documents is not None:
+        raise NotImplementedError(
+            "a linear-attention layer here takes no attention_mask or document_ids: "
+            "its sum over s <= t has no mask"
+        )
 
 
 def layer_types(cfg: Mapping[str, Any]) -> list[str]:
@@ -204,8 +247,10 @@ class HybridGPTModel(GPTModel):
     Built as the plain model of the same config (so, under one seed, an all-softmax hybrid
     holds exactly `GPTModel`'s weights), then each `"linear_attention"` layer's block is
     replaced by a new [`LinearBlock`][attention.model.hybrid.LinearBlock]. The forward is
-    `GPTModel`'s. Training and full-sequence inference work; cached decoding (`init_caches`,
-    so `generate`) and `attention_weights` raise `NotImplementedError` when a layer is linear.
+    `GPTModel`'s, and so are cached decoding and `generate`: `init_caches` gives each linear
+    layer a [`LinearCache`][attention.layer.linear.LinearCache] (its state, which does not
+    grow) and each softmax layer a `KVCache`. `attention_weights`, and padding or packed
+    documents, raise `NotImplementedError` when a layer is linear.
 
     Args:
         cfg: `GPTModel`'s keys, and `layer_types`: a list of `n_layers` entries of
@@ -234,25 +279,15 @@ class HybridGPTModel(GPTModel):
         """Whether any layer is linear attention."""
         return "linear_attention" in self.layer_types
 
-    def init_caches(self, batch_size: int, max_tokens: int | None = None) -> list[KVCache]:
-        """`GPTModel`'s caches, for an all-softmax model.
-
-        Raises:
-            NotImplementedError: a layer is linear attention.
-        """
+    def logits(self, in_idx: Tensor, caches: list[Any] | None = None, *,
+               attention_mask: Tensor | None = None, document_ids: Tensor | None = None,
+               **options: Any) -> Tensor:  # fmt: skip
+        """`GPTModel`'s, after refusing what a linear layer does not take (padding, documents)
+        before any layer runs: no cache is left half-updated."""
         if self.linear:
-            raise NotImplementedError(_NO_CACHE)
-        return super().init_caches(batch_size, max_tokens)
-
-    def _check_caches(self, caches: list[KVCache] | None, num_tokens: int) -> None:
-        if caches is not None and self.linear:
-            raise NotImplementedError(_NO_CACHE)
-        super()._check_caches(caches, num_tokens)
-
-    @property
-    def unbounded(self) -> bool:
-        """False with a linear layer (no cached decoding); else `GPTModel`'s answer."""
-        return not self.linear and super().unbounded
+            _refuse_masks(attention_mask, document_ids)
+        return super().logits(in_idx, caches, attention_mask=attention_mask,
+                              document_ids=document_ids, **options)  # fmt: skip
 
     def attention_weights(
         self,

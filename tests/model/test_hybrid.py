@@ -9,6 +9,7 @@ from torch import Tensor
 from torch.testing import assert_close
 
 from attention.layer.linear import linear_parallel
+from attention.model.generation import generate
 from attention.model.gpt import GPTModel, TransformerBlock
 from attention.model.hybrid import (
     HybridGPTModel,
@@ -145,14 +146,51 @@ def test_bad_input_names_the_argument() -> None:
 
 
 def test_what_a_linear_layer_does_not_do_is_refused_by_name() -> None:
-    model = HybridGPTModel({**CFG, "layer_types": QWEN3_NEXT}).eval()
+    model = HybridGPTModel({**CFG, "layer_types": ["full_attention", *QWEN3_NEXT[:3]]}).eval()
     idx = torch.randint(40, (2, 5))
-    with pytest.raises(NotImplementedError, match=r"\(head_dim, head_dim\) state per head"):
-        model.init_caches(batch_size=2)
-    with pytest.raises(NotImplementedError, match="not a KVCache"):
+    caches = model.init_caches(batch_size=2)
+    with pytest.raises(TypeError, match=r"this LinearAttention layer's LinearCache .* got KVCache"):
         model(idx, GPTModel(CFG).init_caches(batch_size=2))
+    with pytest.raises(
+        ValueError, match=r"cache must hold a state \(2, 4, 4, 4\) .*got \(3, 4, 4, 4\)"
+    ):
+        model(idx, [caches[0], *model.init_caches(batch_size=3)[1:]])
+    left = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]])  # row 0 left-padded
     with pytest.raises(NotImplementedError, match="no attention_mask"):
-        model(idx, attention_mask=torch.ones(2, 5, dtype=torch.long))
+        model(idx, caches, attention_mask=left)  # refused before the softmax layer 0 runs
+    with pytest.raises(NotImplementedError, match="no attention_mask"):
+        generate(model, idx, max_new_tokens=2, attention_mask=left)
+    # a mask without padding is no padding
+    assert_close(model(idx, attention_mask=torch.ones_like(left)), model(idx))
+    assert [cache.length for cache in caches] == [0] * 4  # nothing half-updated
     with pytest.raises(NotImplementedError, match="no softmax weights"):
         model.attention_weights(idx)
     assert not model.unbounded
+
+
+@pytest.mark.parametrize("kinds", [QWEN3_NEXT, ["linear_attention"] * 4],
+                         ids=["qwen3-next", "all linear"])  # fmt: skip
+def test_cached_decoding_is_the_whole_forward_and_the_state_does_not_grow(
+    kinds: list[str],
+) -> None:
+    torch.manual_seed(0)
+    model = HybridGPTModel({**CFG, "layer_types": kinds}).double().eval()
+    idx = torch.randint(40, (2, 10))
+    caches = model.init_caches(batch_size=2)
+    assert [type(cache).__name__ for cache in caches] == [
+        "LinearCache" if kind == "linear_attention" else "KVCache" for kind in kinds
+    ]
+    sizes = []
+    with torch.no_grad():
+        steps = [model(idx[:, :4], caches)]
+        sizes.append(caches[0].nbytes)
+        steps += [model(idx[:, t : t + 1], caches) for t in range(4, 10)]
+        sizes.append(caches[0].nbytes)
+        whole = model(idx)
+    assert_close(torch.cat(steps, dim=1), whole, rtol=0, atol=1e-12)
+    assert [cache.length for cache in caches] == [10] * 4
+    assert sizes[0] == sizes[1] == 2 * 4 * (4 * 4 + 4) * 8  # (b, h, d_h, d_h + 1) float64s
+    # past the context (12): generate refills the caches from the last 12 tokens
+    cached = generate(model, idx[:, :3], max_new_tokens=20, context_size=12)
+    assert torch.equal(cached, generate(model, idx[:, :3], max_new_tokens=20,
+                                        context_size=12, use_cache=False))  # fmt: skip
