@@ -286,7 +286,7 @@ def test_sampling_arguments_and_shared_caches_are_refused_by_name() -> None:
         model(prompt, caches=[cache, cache])
     with pytest.raises(
         TypeError,
-        match=r"caches must hold one cache per block \(a KVCache, or a linear layer's GatedDeltaState",
+        match=r"caches must hold one cache per block \(a KVCache, or a linear layer's state",
     ):
         model(prompt, caches=[None, None])  # type: ignore[list-item]
     assert generate(model, prompt[:0], 3).shape == (0, 2)  # no row: nothing to write
