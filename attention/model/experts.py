@@ -69,6 +69,8 @@ class Experts(nn.Module):
     ) -> None:
         super().__init__()
         self.act = act
+        emb_dim, hidden_dim = check_size("emb_dim", emb_dim), check_size("hidden_dim", hidden_dim)
+        num_experts = check_size("num_experts", num_experts)
         self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * hidden_dim, emb_dim))
         self.down_proj = nn.Parameter(torch.empty(num_experts, emb_dim, hidden_dim))
         for weight in (self.gate_up_proj, self.down_proj):
@@ -80,6 +82,8 @@ class Experts(nn.Module):
 
     def run(self, expert: int, x: Tensor) -> Tensor:
         """Expert `expert` on the tokens `x` `(n, D)` -> `(n, D)`."""
+        if not 0 <= expert < self.down_proj.shape[0]:
+            raise ValueError(f"expert must be in 0 .. {self.down_proj.shape[0] - 1}, got {expert}")
         gate, up = F.linear(x, self.gate_up_proj[expert]).chunk(2, dim=-1)  # (n, H) each
         out: Tensor = F.linear(self.act(gate) * up, self.down_proj[expert])  # (n, D)
         return out
@@ -107,7 +111,8 @@ class Router(nn.Module):
         choice_bias: bool = False,
     ) -> None:  # fmt: skip
         super().__init__()
-        self.num_experts, self.top_k = check_size("num_experts", num_experts), top_k
+        self.num_experts = check_size("num_experts", num_experts)
+        self.top_k = check_size("top_k", top_k)
         if scoring not in SCORINGS:
             raise ValueError(f"scoring must be one of {SCORINGS}, got {scoring!r}")
         self.groups = check_size("groups", groups)
@@ -130,11 +135,18 @@ class Router(nn.Module):
                              if check_flag("choice_bias", choice_bias) else None)  # fmt: skip
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Tokens `x` `(n, D)` -> their experts' weights $w$ and indices, `(n, top_k)` each."""
-        logits = F.linear(x, self.weight)  # W_r x                              (n, E)
+        """Tokens `x` `(n, D)` -> their experts' weights $w$ (in `x`'s dtype) and indices,
+        `(n, top_k)` each. Scored in float32 at least, as transformers does: a choice between
+        close scores does not hang on bfloat16's rounding."""
+        check_input(x, self.weight.shape[1], batched=False, like=self.weight)
+        if x.ndim != 2:
+            raise ValueError(f"x must be (num_tokens, emb_dim={self.weight.shape[1]}), got "
+                             f"{tuple(x.shape)}")  # fmt: skip
+        wide = torch.promote_types(x.dtype, torch.float32)
+        logits = F.linear(x.to(wide), self.weight.to(wide))  # W_r x            (n, E)
         scores = logits.softmax(-1) if self.scoring == "softmax" else logits.sigmoid()
-        choice = scores if self.e_score_correction_bias is None else (
-            scores + self.e_score_correction_bias)  # s + b: for choosing only  # fmt: skip
+        bias = self.e_score_correction_bias
+        choice = scores if bias is None else scores + bias.to(wide)  # s + b: for choosing only
         if self.groups > 1:  # keep the topk_group groups whose two best scores sum highest
             grouped = choice.unflatten(-1, (self.groups, -1))  # (n, groups, E / groups)
             best = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(-1)
@@ -144,9 +156,9 @@ class Router(nn.Module):
             choice = grouped.masked_fill(~kept[..., None], -math.inf).flatten(-2)
         chosen = choice.topk(self.top_k, dim=-1).indices  # S                   (n, k)
         weights = scores.gather(-1, chosen)  # s_e, e in S
-        if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
-        return weights * self.scale, chosen
+        if self.normalize:  # + 1e-20: chosen sigmoids that all underflow give 0, not 0 / 0
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return (weights * self.scale).to(x.dtype), chosen
 
     def extra_repr(self) -> str:
         groups = f", {self.topk_group} of {self.groups} groups" if self.groups > 1 else ""
@@ -204,7 +216,12 @@ class MixtureOfExperts(nn.Module):
         self.shared_expert_gate = nn.Linear(emb_dim, 1, bias=False) if shared_gate else None
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Tokens `x` `(n, D)` -> each one's `top_k` experts' weights $w$ and indices, `(n, k)`."""
+        """Tokens `x` `(n, D)` -> each one's `top_k` experts' weights $w$ and indices, `(n, k)`.
+
+        Raises:
+            TypeError, ValueError: `x` not a floating `(n, emb_dim)` tensor of the router's
+                dtype and device.
+        """
         weights: Tensor
         chosen: Tensor
         weights, chosen = self.gate(x)

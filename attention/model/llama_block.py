@@ -237,7 +237,12 @@ def _feed_forward(
     unknown = sorted(set(experts) - set(_EXPERT_KEYS))
     if unknown:
         raise ValueError(f"cfg's experts have unknown keys {unknown}; known: {_EXPERT_KEYS}")
+    missing = [key for key in ("num_experts", "top_k", "hidden_dim") if key not in experts]
+    if missing:
+        raise ValueError(f"cfg's experts need {missing}, got the keys {sorted(experts)}")
     shared = experts.get("shared_dim")
+    if shared is not None:
+        check_size("shared_dim", shared)
     return MixtureOfExperts(
         d, experts["hidden_dim"], experts["num_experts"], experts["top_k"],
         act=ACTIVATIONS[act], normalize=experts.get("normalize", True),

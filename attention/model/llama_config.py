@@ -91,7 +91,7 @@ ELSEWHERE = {
         "intermediate_size", "intermediate_size_mlp", "hidden_act", "hidden_activation",
         "mlp_bias", "num_experts_per_tok", "num_local_experts", "moe_layers",
         "interleave_moe_layer_step", "output_router_logits", "router_aux_loss_coef",
-        "router_jitter_noise", "pretraining_tp"},
+        "router_jitter_noise", "routed_scaling_factor", "pretraining_tp"},
     "norms and residuals": {"rms_norm_eps", "layer_norm_eps", "residual_multiplier"},
     "linear-attention layers (Qwen3-Next's Gated DeltaNet, read by its own loader)": {
         "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",

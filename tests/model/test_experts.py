@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.testing import assert_close
 
 import attention
-from attention.model.experts import MixtureOfExperts
+from attention.model.experts import Experts, MixtureOfExperts, Router
 from attention.model.llama_block import LlamaModel, SwiGLU
 from tests.float64 import float64_casts
 
@@ -119,6 +119,52 @@ def test_bad_settings_are_named() -> None:
     with pytest.raises(ValueError, match=r"cfg's experts have unknown keys \['k'\]"):
         LlamaModel({**cfg, "experts": [None, {"num_experts": 4, "top_k": 1, "hidden_dim": 8,
                                                "k": 2}]})  # fmt: skip
+    with pytest.raises(ValueError, match=r"cfg's experts need \['hidden_dim'\]"):
+        LlamaModel({**cfg, "experts": [None, {"num_experts": 4, "top_k": 1}]})
+    with pytest.raises(ValueError, match="shared_dim must be >= 1, got -3"):
+        LlamaModel({**cfg, "experts": [None, {"num_experts": 4, "top_k": 1, "hidden_dim": 8,
+                                               "shared_dim": -3}]})  # fmt: skip
+
+
+def test_the_router_and_the_experts_name_bad_input() -> None:
+    with pytest.raises(ValueError, match="top_k must be >= 1, got 0"):
+        Router(D, 4, 0)
+    with pytest.raises(TypeError, match="top_k must be an int"):
+        Router(D, 4, 2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="hidden_dim must be >= 1, got 0"):
+        Experts(D, 0, 4, F.silu)
+    moe = mixture()
+    with pytest.raises(ValueError, match=r"\(num_tokens, d_in\) with d_in=16, got a 1-d tensor"):
+        moe.route(torch.randn(D, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"d_in=16, got last dimension 7 \(shape \(3, 7\)\)"):
+        moe.route(torch.randn(3, 7, dtype=torch.float64))
+    with pytest.raises(
+        TypeError, match=r"expected a floating-point input .* got dtype torch.int64"
+    ):
+        moe.route(torch.ones(3, D, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"x must be \(num_tokens, emb_dim=16\), got \(2, 3, 16\)"):
+        moe.route(torch.randn(2, 3, D, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"expert must be in 0 \.\. 5, got -1"):
+        moe.experts.run(-1, torch.randn(3, D, dtype=torch.float64))
+
+
+def test_weights_are_finite_where_every_chosen_sigmoid_underflows() -> None:
+    router = Router(D, 4, 2, scoring="sigmoid")  # normalised: DeepSeek's + 1e-20
+    with torch.no_grad():
+        router.weight.fill_(1e4)
+    weights, _ = router(-torch.ones(2, D))
+    assert torch.equal(weights, torch.zeros(2, 2))
+
+
+def test_a_bfloat16_router_scores_in_float32() -> None:
+    router = Router(D, 6, 2)
+    x = torch.randn(50, D)
+    weights, chosen = router.bfloat16()(x.bfloat16())
+    wide = Router(D, 6, 2)
+    wide.load_state_dict({k: v.float() for k, v in router.state_dict().items()})
+    want, picked = wide(x.bfloat16().float())  # the same rounded inputs and weights
+    assert weights.dtype == torch.bfloat16 and torch.equal(chosen, picked)
+    assert_close(weights.float(), want, rtol=0, atol=4e-3)  # bfloat16's rounding of the result
 
 
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 50, "num_attention_heads": 4,
@@ -236,3 +282,23 @@ def test_a_router_of_another_rule_is_refused(monkeypatch: pytest.MonkeyPatch) ->
         ValueError, match="layer 0's router MixtralTopKRouter computes none of the routings"
     ):
         attention.from_hf(theirs)
+
+
+@pytest.mark.slow(seconds=3)
+@pytest.mark.parametrize(
+    ("family", "dtype", "atol"),
+    [("mixtral", torch.bfloat16, 0.02), ("qwen3 moe", torch.float64, 1e-6)],
+)
+def test_a_users_bfloat16_or_double_model_loads(
+    family: str, dtype: torch.dtype, atol: float
+) -> None:
+    """Not under float64_casts: a bfloat16 model, and a `.double()` one whose router takes its
+    softmax in float32 (Qwen's), are read as they are, their routing found on a float64 copy."""
+    transformers = pytest.importorskip("transformers", minversion="5.24")
+    theirs = hf_moe(transformers, family).to(dtype)
+    ours = attention.from_hf(theirs)
+    ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = theirs(ids).logits
+        assert_close(ours(ids), want, rtol=0, atol=atol * float(want.abs().max()))
+    assert ours.tok_emb.weight.dtype == dtype
