@@ -234,8 +234,20 @@ def _experts(hf_model: nn.Module, state: Mapping[str, Tensor], i: int) -> dict[s
                    if prefix + f"{name}.gate_proj.weight" in state), None)  # fmt: skip
     return {"num_experts": int(up[0]), "top_k": int(getattr(router, "top_k", 0)),
             "hidden_dim": int(hidden), **routing,
-            "shared_dim": None if shared is None else int(shared.shape[0]),
-            "shared_gate": "shared_expert_gate" in parts}  # fmt: skip
+            "shared_dim": None if shared is None or not shared.numel() else int(shared.shape[0]),
+            "shared_gate": "shared_expert_gate" in parts and bool(shared is not None
+                                                                  and shared.numel())}  # fmt: skip
+
+
+def _adds_nothing(state: Mapping[str, Tensor], key: str) -> bool:
+    """Whether `key` is a weight of a shared expert of width 0 (`n_shared_experts=0`,
+    `shared_expert_intermediate_size=0`), or of its gate: it adds 0, and the model has none."""
+    for name in _SHARED:
+        for part in (f".{name}.", f".{name}_gate."):  # the expert, or its gate
+            if part in key:
+                gate = state.get(f"{key[: key.index(part)]}.{name}.gate_proj.weight")
+                return gate is not None and gate.numel() == 0
+    return False
 
 
 def _routing(router: nn.Module, i: int) -> dict[str, Any]:
@@ -399,7 +411,7 @@ def _copy(
                 transposed.add(hf)  # Llama 4's experts: (E, D, 2H) and (E, H, D)
     read = set(pairs) | {"lm_head.weight"} if tied else set(pairs)
     unread = sorted(key for key in state if key not in read and ".self_attn." not in key
-                    and ".linear_attn." not in key)  # fmt: skip
+                    and ".linear_attn." not in key and not _adds_nothing(state, key))  # fmt: skip
     missing = sorted(key for key in pairs if key not in state)
     if unread or missing:
         raise ValueError(

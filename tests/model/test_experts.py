@@ -302,3 +302,28 @@ def test_a_users_bfloat16_or_double_model_loads(
         want = theirs(ids).logits
         assert_close(ours(ids), want, rtol=0, atol=atol * float(want.abs().max()))
     assert ours.tok_emb.weight.dtype == dtype
+
+
+@pytest.mark.slow(seconds=3)
+@pytest.mark.parametrize(
+    ("family", "extra"),
+    [
+        ("deepseek v3", {"n_shared_experts": 0}),
+        ("qwen2 moe", {"shared_expert_intermediate_size": 0}),
+    ],
+)
+def test_a_shared_expert_of_width_0_is_none(family: str, extra: dict[str, int]) -> None:
+    transformers = pytest.importorskip("transformers", minversion="5.24")
+    prefix, base = FAMILIES[family]
+    config = getattr(transformers, f"{prefix}Config")(**{**SMALL, **base, **extra})
+    config._experts_implementation = "eager"
+    torch.manual_seed(0)
+    theirs = getattr(transformers, f"{prefix}ForCausalLM")(config).eval()
+    ours = attention.from_hf(theirs)  # its empty weights (and Qwen's gate of them) add 0
+    mixtures = [block.ff for block in ours.blocks if isinstance(block.ff, MixtureOfExperts)]
+    assert mixtures and all(m.shared_expert is None and m.shared_expert_gate is None
+                            for m in mixtures)  # fmt: skip
+    ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = theirs(ids).logits
+        assert_close(ours(ids), want, rtol=0, atol=1e-5 * float(want.abs().max()))
