@@ -212,7 +212,7 @@ class MixtureOfExperts(nn.Module):
         self.gate = Router(emb_dim, num_experts, top_k, normalize=normalize, **routing)
         self.scale_input = check_flag("scale_input", scale_input)
         self.experts = Experts(emb_dim, check_size("hidden_dim", hidden_dim), num_experts, act)
-        self.shared_expert = shared_expert
+        self.shared_expert = _check_shared(shared_expert, emb_dim)
         self.shared_expert_gate = nn.Linear(emb_dim, 1, bias=False) if shared_gate else None
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -252,3 +252,23 @@ class MixtureOfExperts(nn.Module):
         gated = "" if self.shared_expert_gate is None else " (gated)"
         scaled = ", the weights scale the inputs" if self.scale_input else ""
         return f"top_k={self.top_k} of {self.num_experts} experts" + shared + gated + scaled
+
+
+def _check_shared(expert: nn.Module | None, emb_dim: int) -> nn.Module | None:
+    """`expert` unless it is not a module mapping `(n, emb_dim)` to `(n, emb_dim)` (run once
+    on a token of zeros, in its parameters' dtype)."""
+    if expert is None:
+        return None
+    if not isinstance(expert, nn.Module):
+        raise TypeError(f"shared_expert must be an nn.Module or None, got {type(expert).__name__}")
+    like = next(expert.parameters(), torch.empty(0))
+    got: object
+    try:
+        with torch.no_grad():
+            got = tuple(expert(like.new_zeros(1, emb_dim)).shape)
+    except (RuntimeError, ValueError, TypeError) as error:
+        got = f"an error: {error}"
+    if got != (1, emb_dim):
+        raise ValueError(f"shared_expert must map (n, emb_dim={emb_dim}) to (n, {emb_dim}); on "
+                         f"(1, {emb_dim}) it gave {got}")  # fmt: skip
+    return expert

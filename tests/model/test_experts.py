@@ -110,6 +110,8 @@ def test_only_the_chosen_experts_run_on_only_their_tokens() -> None:
 def test_bad_settings_are_named() -> None:
     with pytest.raises(ValueError, match=r"top_k must be at most num_experts=4 .*got 5"):
         MixtureOfExperts(D, H, 4, top_k=5)
+    with pytest.raises(ValueError, match=r"shared_expert must map \(n, emb_dim=16\) to \(n, 16\)"):
+        MixtureOfExperts(D, H, 4, top_k=1, shared_expert=SwiGLU(8, 4))
     with pytest.raises(ValueError, match="shared_gate=True needs a shared_expert"):
         MixtureOfExperts(D, H, 4, top_k=1, shared_gate=True)
     cfg = {"vocab_size": 10, "context_length": 8, "emb_dim": D, "hidden_dim": H, "n_layers": 2,
