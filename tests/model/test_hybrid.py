@@ -194,3 +194,23 @@ def test_cached_decoding_is_the_whole_forward_and_the_state_does_not_grow(
     cached = generate(model, idx[:, :3], max_new_tokens=20, context_size=12)
     assert torch.equal(cached, generate(model, idx[:, :3], max_new_tokens=20,
                                         context_size=12, use_cache=False))  # fmt: skip
+
+
+def test_cached_decoding_at_positions_other_than_0_to_t() -> None:
+    """Positions reach the softmax layer (RoPE) and not the linear ones: a prefill and steps at
+    positions 7, 9, 11.. (row 0) and 20, 22.. (row 1), offset and with gaps, cached, equal the
+    whole forward at those positions."""
+    torch.manual_seed(0)
+    cfg = {**CFG, "context_length": 40, "rope_base": 10_000.0, "layer_types": QWEN3_NEXT}
+    model = HybridGPTModel(cfg).double().eval()
+    idx = torch.randint(40, (2, 8))
+    positions = 2 * torch.arange(8).expand(2, 8) + torch.tensor([[7], [20]])
+    caches = model.init_caches(batch_size=2)
+    with torch.no_grad():
+        steps = [model.logits(idx[:, :5], caches, positions=positions[:, :5])]
+        steps += [model.logits(idx[:, t : t + 1], caches, positions=positions[:, t : t + 1])
+                  for t in range(5, 8)]  # fmt: skip
+        whole = model.logits(idx, positions=positions)
+    assert_close(torch.cat(steps, dim=1), whole, rtol=0, atol=1e-12)
+    with torch.no_grad():  # and the positions matter: at 0..T-1 (no gaps) the logits differ
+        assert (model.logits(idx) - whole).abs().max() > 1e-3
