@@ -48,7 +48,7 @@ import pickle
 import platform
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,11 +171,18 @@ def sources(module: str, root: Path = PACKAGE.parent) -> tuple[dict[str, str], s
 
 
 @functools.cache
+def _owners() -> Mapping[str, list[str]]:
+    """Each importable top-level name's distributions: a scan of every installed distribution's
+    files (about 0.5 s), so once per process."""
+    return importlib.metadata.packages_distributions()
+
+
+@functools.cache
 def _sources(module: str) -> tuple[dict[str, str], dict[str, str]]:
     """`sources(module)` once per process, with the versions of the distributions of the
     outside modules."""
     hashes, outside = sources(module)
-    owners = importlib.metadata.packages_distributions()
+    owners = _owners()
     versions = {dist: importlib.metadata.version(dist)
                 for top in sorted(outside) for dist in owners.get(top, [])}  # fmt: skip
     return hashes, versions
