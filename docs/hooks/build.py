@@ -7,7 +7,11 @@
   that raises fails the build, while whether the typed outputs still hold is pytest's call;
 - MathJax served from the site itself, copied from the installed `django-static-mathjax`;
 - the exercises: the `<!-- exercises -->` table, and each notebook's `.ipynb` and `.py`
-  downloads linked at the top of its page.
+  downloads linked at the top of its page;
+- figures kept out of the search index: each inline `<svg>` is set aside before the search
+  plugin reads the page and put back in the written HTML. Their tick labels and tooltips
+  ("the -> cat: 0.12") are no words to search for, and parsing them took the search plugin
+  about 8 s of the build (`py-spy`, 2026-11-29).
 
 mkdocs-jupyter executes and renders the notebooks; mkdocs-gen-files writes the API pages
 (docs/gen_api.py).
@@ -26,6 +30,7 @@ from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
+from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
@@ -36,6 +41,10 @@ MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "
 """What the site serves of MathJax's es5 build (the 4 MB speech-rule maps are left out)."""
 
 _DIRECTIVE = re.compile(r"^<!-- pycon: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->$", re.MULTILINE)
+_SVG = re.compile(r"<svg\b[^>]*(?<!/)>.*?</svg>", re.DOTALL)  # not a self-closing <svg/>
+_SET_ASIDE = re.compile(r"<!-- svg (\d+) -->")
+_figures: dict[str, list[str]] = {}
+"""The figures set aside from each page (by its source path) until its HTML is written."""
 _EXECUTED = re.compile(r"^ *```\w+ [^\n]*\bexec=\"(?:1|true|on)\"", re.MULTILINE)  # markdown-exec
 
 
@@ -143,3 +152,23 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     notebook = page.file.src_uri.endswith((".py", ".ipynb"))  # executed by notebooks.py
     page.meta["computed"] = computes(markdown, notebook)
     return expand_pycon(markdown)
+
+
+@event_priority(100)  # before the search plugin reads page.content
+def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
+    """Set the page's figures aside: the search plugin indexes the page without them."""
+    figures = _figures[page.file.src_uri] = []
+
+    def set_aside(match: re.Match[str]) -> str:
+        figures.append(match[0])
+        return f"<!-- svg {len(figures) - 1} -->"
+
+    page.content = _SVG.sub(set_aside, page.content or "")
+    return context
+
+
+@event_priority(100)  # before any other hook reads the written HTML
+def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
+    """Put the page's figures back where on_page_context took them from."""
+    figures = _figures.pop(page.file.src_uri, [])
+    return _SET_ASIDE.sub(lambda match: figures[int(match[1])], output)
