@@ -34,18 +34,19 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from attention_site.stored import location, read_back, storable, stored
 
-__all__ = ["from_disk", "once", "prefetch", "waiting"]
+__all__ = ["from_disk", "in_turn", "once", "prefetch", "waiting"]
 
 R = TypeVar("R")
 _runs: dict[tuple[Any, ...], Any] = {}  # _key(function, arguments) -> result, or its Future
 _ON_DISK = object()  # in _runs: stored on disk already, read by the first `once` call
 _disk: set[tuple[Any, ...]] = set()  # the keys whose result was read from disk
 _shown: list[str] = []  # what `once` returned from disk since the last from_disk()
+_TURNS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="in-turn")  # see in_turn
 
 
 def _key(function: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -153,3 +154,36 @@ def _run(function: Callable[..., R], kwargs: dict[str, Any]) -> R:
 
 def _pickled(function: Callable[..., Any], kwargs: dict[str, Any]) -> bytes:
     return pickle.dumps(_run(function, kwargs))
+
+
+class _InTurn(Executor):
+    def __init__(self, executor: Executor | None) -> None:
+        self._executor = executor
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        executor = self._executor
+        if executor is None:
+            return _TURNS.submit(fn, *args, **kwargs)
+        return _TURNS.submit(lambda: executor.submit(fn, *args, **kwargs).result())
+
+
+def in_turn(executor: Executor | None = None) -> Executor:
+    """An executor whose jobs wait their turn: each starts once every job submitted before it
+    through `in_turn` (with any `executor`) is done, on `executor`, or on the turns' own thread
+    where None.
+
+    The build's background work on a machine with few cores: the exercise notebooks, then
+    chapter 19's two-process run, take the second core one after the other instead of
+    competing with the pages for both. A failed job fails its own future, not the ones after.
+
+    Examples:
+        >>> order = []
+        >>> first = in_turn().submit(order.append, 1)
+        >>> second = in_turn().submit(order.append, 2)
+        >>> second.result(), order
+        (None, [1, 2])
+    """
+    if executor is not None and not isinstance(executor, Executor):
+        raise TypeError(f"executor must be a concurrent.futures Executor or None, got "
+                        f"{type(executor).__name__}")  # fmt: skip
+    return _InTurn(executor)

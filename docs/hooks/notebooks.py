@@ -28,7 +28,7 @@ import re
 import shutil
 import tempfile
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
+
+from attention_site.runs import in_turn
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
 _jobs: dict[str, Future[None]] = {}
@@ -147,8 +149,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     _stop_kernel()
     out = Path(tempfile.mkdtemp(prefix="attention-notebooks-"))
     atexit.register(shutil.rmtree, out, ignore_errors=True)
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="notebook")
-    atexit.register(pool.shutdown, cancel_futures=True)
+    pool = in_turn()  # one after another, before the runs queued after them (schedule.py)
     _jobs.clear()
     notebooks = [f for f in files if _is_notebook(f.src_uri) and f.abs_src_path]
     for file in notebooks:

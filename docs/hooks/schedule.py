@@ -62,11 +62,17 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
             (train_induction, {"seed": 0, "context_length": 64}),
             (train_english, {"seed": 0}),
         ],
-        # two gloo processes of its own, started from the worker: 6.5 s alone, 14 s in the page
+        # two gloo processes of its own, started from the worker after the notebooks (IN_TURN)
         "ring.md": [(chapter_results, {})],
         "beyond-softmax.md": [(compare_recall, {"seed": 0})],
     }
 
+
+IN_TURN = {"chapter_results"}
+"""The runs started only once the notebooks are done (`attention_site.runs.in_turn`): chapter
+19's two processes beside the notebooks' kernel and the pages took a core from the pages for
+about 20 s (2026-11-29: each rank about 0.4 of a core from 15 to 35 s into the build); after
+the notebooks, the second core is idle."""
 
 MEASURES = "performance.md"
 """The page that times code: built last, when the notebooks and the runs are done."""
@@ -77,7 +83,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     that measures after those."""
     import torch
 
-    from attention_site.runs import prefetch
+    from attention_site.runs import in_turn, prefetch
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
     pages = runs()
@@ -85,9 +91,10 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     worker = ProcessPoolExecutor(max_workers=2, mp_context=spawn)  # each trains on one thread
     atexit.register(worker.shutdown, cancel_futures=True)  # a failed build does not wait
     _workers.append(worker)
+    later = in_turn(worker)
     for needed in pages.values():
         for function, kwargs in needed:
-            prefetch(worker, function, **kwargs)
+            prefetch(later if function.__name__ in IN_TURN else worker, function, **kwargs)
     order = [*pages, MEASURES]
 
     def rank(file: Any) -> int:  # other chapters, these in order, then the notebooks

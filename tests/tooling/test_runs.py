@@ -130,3 +130,24 @@ def test_a_prefetched_failure_is_not_kept_either() -> None:
 def test_bad_arguments_are_named(call: Any, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         call()
+
+
+def test_in_turn_starts_a_job_on_its_executor_only_after_the_jobs_before_it() -> None:
+    import threading
+    import time
+
+    gate = threading.Event()
+    first = runs.in_turn().submit(gate.wait, 5)  # the notebooks, say
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        later = runs.in_turn(executor).submit(gate.is_set)  # a run queued after them
+        time.sleep(0.05)
+        assert not later.done()  # its executor is free, but its turn has not come
+        gate.set()
+        assert later.result(timeout=5) is True and first.result(timeout=5) is True
+    failed = runs.in_turn().submit(lambda: 1 / 0)
+    after = runs.in_turn().submit(lambda: "runs")  # a failure fails its own job only
+    assert after.result(timeout=5) == "runs" and isinstance(failed.exception(), ZeroDivisionError)
+    with pytest.raises(
+        TypeError, match=r"executor must be a concurrent\.futures Executor or None, got int"
+    ):
+        runs.in_turn(3)  # type: ignore[arg-type]
