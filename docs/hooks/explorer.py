@@ -1,8 +1,9 @@
 """MkDocs hook: write each attention explorer's weights file, and check the browser's forward.
 
 A page that calls `attention_site.explorer.explorer_html` leaves its model's float32 weights, the
-model and the sequences to check in `attention_site.explorer.published()`. After the build wrote
-the site, this hook writes each file where the page's explorer fetches it, then runs
+model and the sequences to check in `attention_site.explorer.published()`. Once every page has
+run its code, while the build writes the pages' HTML, this hook writes each file where the
+page's explorer fetches it, then runs
 `docs/javascripts/model.js` (the forward the reader's browser runs) in headless Chromium on
 those sequences and fails the build unless every logit and weight is within
 `attention_site.explorer.TOLERANCE` of PyTorch's float32 answer and
@@ -158,5 +159,44 @@ def publish(site: Path) -> int:
     return len(entries)
 
 
+class _Background(threading.Thread):
+    """`publish` beside the build's second pass (writing each page's HTML), whose work is on
+    the other core: Chromium and its driver are processes of their own."""
+
+    def __init__(self, site: Path) -> None:
+        super().__init__(name="explorer-check", daemon=True)
+        self.site = site
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            publish(self.site)
+        except BaseException as error:  # raised again in on_post_build, in the build's thread
+            self.error = error
+
+
+_checks: list[_Background] = []
+
+
+def on_pre_build(config: MkDocsConfig) -> None:
+    _checks.clear()  # a build that failed left its check behind (mkdocs serve builds again)
+
+
+def on_page_context(context: Any, page: Any, config: MkDocsConfig, nav: Any) -> Any:
+    """Start the check at the second pass's first page: every page has run its code (the
+    Performance page, which times it, included), and the theme's files are in the site."""
+    if not _checks:
+        _checks.append(_Background(Path(config.site_dir)))
+        _checks[0].start()
+    return context
+
+
 def on_post_build(config: MkDocsConfig) -> None:
-    publish(Path(config.site_dir))
+    """Wait for the check (or run it, where no page was written); fail the build if it failed."""
+    check = _checks.pop() if _checks else None
+    if check is None:
+        publish(Path(config.site_dir))
+        return
+    check.join()
+    if check.error is not None:
+        raise check.error
