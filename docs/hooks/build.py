@@ -8,10 +8,11 @@
 - MathJax served from the site itself, copied from the installed `django-static-mathjax`;
 - the exercises: the `<!-- exercises -->` table, and each notebook's `.ipynb` and `.py`
   downloads linked at the top of its page;
-- figures kept out of the search index: each inline `<svg>` is set aside before the search
-  plugin reads the page and put back in the written HTML. Their tick labels and tooltips
-  ("the -> cat: 0.12") are no words to search for, and parsing them took the search plugin
-  about 8 s of the build (`py-spy`, 2026-11-29).
+- figures and the API pages' source listings kept out of the search index: each is set aside
+  before the search plugin reads the page and put back in the written HTML. A figure's tick
+  labels and tooltips ("the -> cat: 0.12") are no words to search for, and a function's source
+  would answer a search with its implementation rather than its documentation; parsing them
+  took the search plugin about 5 s of the build (2026-11-29).
 
 mkdocs-jupyter executes and renders the notebooks; mkdocs-gen-files writes the API pages
 (docs/gen_api.py).
@@ -41,10 +42,14 @@ MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "
 """What the site serves of MathJax's es5 build (the 4 MB speech-rule maps are left out)."""
 
 _DIRECTIVE = re.compile(r"^<!-- pycon: (?P<path>[^#\s]+)#(?P<name>[\w-]+) -->$", re.MULTILINE)
-_SVG = re.compile(r"<svg\b[^>]*(?<!/)>.*?</svg>", re.DOTALL)  # not a self-closing <svg/>
-_SET_ASIDE = re.compile(r"<!-- svg (\d+) -->")
-_figures: dict[str, list[str]] = {}
-"""The figures set aside from each page (by its source path) until its HTML is written."""
+_UNSEARCHED = re.compile(
+    r"<svg\b[^>]*(?<!/)>.*?</svg>"  # a figure (not a self-closing <svg/>)
+    r'|<details class="mkdocstrings-source">.*?</details>',  # "Source code in ..."
+    re.DOTALL,
+)
+_SET_ASIDE = re.compile(r"<!-- set aside (\d+) -->")
+_set_aside: dict[str, list[str]] = {}
+"""What was set aside from each page (by its source path) until its HTML is written."""
 _EXECUTED = re.compile(r"^ *```\w+ [^\n]*\bexec=\"(?:1|true|on)\"", re.MULTILINE)  # markdown-exec
 
 
@@ -156,19 +161,19 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
 
 @event_priority(100)  # before the search plugin reads page.content
 def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
-    """Set the page's figures aside: the search plugin indexes the page without them."""
-    figures = _figures[page.file.src_uri] = []
+    """Set the page's figures and source listings aside: the search plugin indexes the rest."""
+    kept = _set_aside[page.file.src_uri] = []
 
     def set_aside(match: re.Match[str]) -> str:
-        figures.append(match[0])
-        return f"<!-- svg {len(figures) - 1} -->"
+        kept.append(match[0])
+        return f"<!-- set aside {len(kept) - 1} -->"
 
-    page.content = _SVG.sub(set_aside, page.content or "")
+    page.content = _UNSEARCHED.sub(set_aside, page.content or "")
     return context
 
 
 @event_priority(100)  # before any other hook reads the written HTML
 def on_post_page(output: str, page: Page, config: MkDocsConfig) -> str:
-    """Put the page's figures back where on_page_context took them from."""
-    figures = _figures.pop(page.file.src_uri, [])
-    return _SET_ASIDE.sub(lambda match: figures[int(match[1])], output)
+    """Put back what on_page_context set aside, where it was."""
+    kept = _set_aside.pop(page.file.src_uri, [])
+    return _SET_ASIDE.sub(lambda match: kept[int(match[1])], output)

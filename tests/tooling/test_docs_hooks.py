@@ -472,14 +472,16 @@ def test_footer_names_what_a_page_shows_but_did_not_compute(
     assert "except" not in config["copyright"]
 
 
-def test_figures_are_set_aside_for_the_search_index_and_put_back_unchanged() -> None:
+def test_figures_and_sources_are_set_aside_for_the_search_index_and_put_back_unchanged() -> None:
     figure = '<svg class="attention-figure" role="img"><g><title>the -> cat: 0.12</title></g></svg>'
     icon = '<svg viewBox="0 0 24 24"><path d="M1 1"/></svg>'
-    content = f"<p>a</p>{figure}<p>b <svg/> c</p>{icon}<p>d</p>"
+    source = '<details class="mkdocstrings-source"><summary>Source</summary><pre>x</pre></details>'
+    content = f"<p>a</p>{figure}<p>b <svg/> c</p>{icon}<p>d</p>{source}<details>e</details>"
     page: Any = SimpleNamespace(file=SimpleNamespace(src_uri="causal.md"), content=content)
     build.on_page_context({}, page, None, None)  # type: ignore[arg-type]
     assert "<svg" not in page.content.replace("<svg/>", "")  # what the search plugin reads
     assert "cat: 0.12" not in page.content and "<p>b <svg/> c</p>" in page.content
+    assert "Source" not in page.content and "<details>e</details>" in page.content
     written = f"<html>{page.content}</html>"  # the theme's page around the content
     assert build.on_post_page(written, page, None) == f"<html>{content}</html>"  # type: ignore[arg-type]
     assert build.on_post_page("<html></html>", page, None) == "<html></html>"  # type: ignore[arg-type]
