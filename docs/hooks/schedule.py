@@ -1,7 +1,7 @@
 """MkDocs hook: what runs where during the build, on a machine with few cores.
 
 - The longest trainings run in two worker processes (and chapter 19's two-process run, which
-  starts its processes from there). Five pages train models while they build
+  starts its processes from there once the notebooks are done: `IN_TURN`). Five pages train models while they build
   (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer,
   chapter 15's character model of English, whose heads chapter 16 explores, chapter 16's
   induction model, and chapter 20's softmax and linear models on the same task): most of
