@@ -1,14 +1,14 @@
 """MkDocs hook: what runs where during the build, on a machine with few cores.
 
 - The longest trainings run in two worker processes (and chapter 19's two-process run, which
-  starts its processes from there once the notebooks are done: `IN_TURN`). Five pages train models while they build
-  (chapter 1's copy-task models, reused by chapter 14, which also trains a transformer,
-  chapter 15's character model of English, whose heads chapter 16 explores, chapter 16's
-  induction model, and chapter 20's softmax and linear models on the same task): most of
-  the pages' own work. At the
-  start of the build `attention_site.runs.prefetch` starts each in a worker; each page's
-  `attention_site.runs.once(...)` call waits for its run instead of doing it again, and gets what
-  the same call computes in-process (the runs are seeded and train on one thread). A run
+  starts its processes from there once the notebooks are done: `IN_TURN`). Five pages train
+  models while they build (chapter 1's copy-task models, reused by chapter 14, which also
+  trains a transformer, chapter 15's character model of English, whose heads chapter 16
+  explores, chapter 16's induction model, and chapter 20's softmax and linear models on the
+  same task): most of the pages' own work. At the start of the build
+  `attention_site.runs.prefetch` starts each in a worker; each page's
+  `attention_site.runs.once(...)` call waits for its run instead of doing it again, and gets
+  what the same call computes in-process (the runs are seeded and train on one thread). A run
   stored on disk already (`attention_site.stored`: by an earlier build, or by the heavy tests,
   which train chapter 16's) is read instead, not started. A run no page asked for is a build
   error: this list and the pages' calls must agree.
