@@ -69,10 +69,10 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
 
 
 IN_TURN = {"chapter_results"}
-"""The runs started only once the notebooks are done (`attention_site.runs.in_turn`): chapter
-19's two processes beside the notebooks' kernel and the pages took a core from the pages for
-about 20 s (2026-11-29: each rank about 0.4 of a core from 15 to 35 s into the build); after
-the notebooks, the second core is idle."""
+"""The runs started, on a machine of two cores, only once the notebooks are done
+(`attention_site.runs.in_turn`): chapter 19's two processes beside the notebooks' kernel and
+the pages took a core from the pages for about 20 s (2026-11-29: each rank about 0.4 of a
+core from 15 to 35 s into the build); after the notebooks, the second core is idle."""
 
 MEASURES = "performance.md"
 """The page that times code: built last, when the notebooks and the runs are done."""
@@ -91,7 +91,8 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     worker = ProcessPoolExecutor(max_workers=2, mp_context=spawn)  # each trains on one thread
     atexit.register(worker.shutdown, cancel_futures=True)  # a failed build does not wait
     _workers.append(worker)
-    later = in_turn(worker)
+    # on two cores, after the notebooks; with cores to spare, beside them
+    later = in_turn(worker) if (os.cpu_count() or 1) <= 2 else worker
     for needed in pages.values():
         for function, kwargs in needed:
             prefetch(later if function.__name__ in IN_TURN else worker, function, **kwargs)
