@@ -22,6 +22,7 @@ import http.server
 import logging
 import os
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -159,23 +160,9 @@ def publish(site: Path) -> int:
     return len(entries)
 
 
-class _Background(threading.Thread):
-    """`publish` beside the build's second pass (writing each page's HTML), whose work is on
-    the other core: Chromium and its driver are processes of their own."""
-
-    def __init__(self, site: Path) -> None:
-        super().__init__(name="explorer-check", daemon=True)
-        self.site = site
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            publish(self.site)
-        except BaseException as error:  # raised again in on_post_build, in the build's thread
-            self.error = error
-
-
-_checks: list[_Background] = []
+_checks: list[Future[int]] = []
+"""The check started beside the build's second pass (writing each page's HTML), whose work is
+on the other core: Chromium and its driver are processes of their own."""
 
 
 def on_pre_build(config: MkDocsConfig) -> None:
@@ -186,17 +173,15 @@ def on_page_context(context: Any, page: Any, config: MkDocsConfig, nav: Any) -> 
     """Start the check at the second pass's first page: every page has run its code (the
     Performance page, which times it, included), and the theme's files are in the site."""
     if not _checks:
-        _checks.append(_Background(Path(config.site_dir)))
-        _checks[0].start()
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-check")
+        _checks.append(pool.submit(publish, Path(config.site_dir)))
+        pool.shutdown(wait=False)  # its thread ends with the check
     return context
 
 
 def on_post_build(config: MkDocsConfig) -> None:
     """Wait for the check (or run it, where no page was written); fail the build if it failed."""
-    check = _checks.pop() if _checks else None
-    if check is None:
+    if _checks:
+        _checks.pop().result()  # raises what the check raised
+    else:
         publish(Path(config.site_dir))
-        return
-    check.join()
-    if check.error is not None:
-        raise check.error
