@@ -243,9 +243,11 @@ def check_positive(name: str, value: object) -> float:
         ...
         ValueError: lr must be a finite number > 0, got nan
     """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+    # numbers.Real: numpy's floats and ints too; a bool is not a rate
+    number = float(value) if isinstance(value, numbers.Real) else math.nan
+    if isinstance(value, bool) or not 0 < number < math.inf:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return number
 
 
 def check_dropout(value: object, name: str = "dropout") -> float:

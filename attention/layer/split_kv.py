@@ -29,7 +29,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from attention.checks import check_size
+from attention.checks import check_size, check_tensor
 from attention.layer.arguments import Positions, check_qkv
 from attention.layer.masks import Mask
 from attention.layer.score_mods import ScoreMod
@@ -120,6 +120,9 @@ def partial_backward(
         `(dq, dk, dv)`, of `q`'s, `k`'s and `v`'s shapes.
     """
     problem = _one_tile(q, k, v, mask, score_mods, q_positions, k_positions)
+    _check_like("d_out", d_out, (*q.shape[:-1], v.shape[-1]), q)
+    _check_like("lse", lse, q.shape[:-1], q)
+    _check_like("delta", delta, q.shape[:-1], q)
     saved = tuple(t.detach() for t in (q, k, v, lse))
     return _backward(problem, saved, d_out.detach(), delta.detach())
 
@@ -150,15 +153,38 @@ def merge(outputs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Te
         >>> o, lse
         (tensor([[2.]]), tensor([0.6931]))
     """
+    outputs, lses = _sets("outputs", outputs), _sets("lses", lses)
     if len(outputs) != len(lses) or not outputs:
         raise ValueError(f"merge needs one lse per output, at least one: got {len(outputs)} "
                          f"outputs and {len(lses)} lses")  # fmt: skip
-    stacked = torch.stack(list(lses))  # (n, ..., T)
+    first = outputs[0]
+    for i, (o, lse_c) in enumerate(zip(outputs, lses, strict=True)):
+        _check_like(f"outputs[{i}]", o, first.shape, first)
+        _check_like(f"lses[{i}]", lse_c, first.shape[:-1], first)
+    stacked = torch.stack(lses)  # (n, ..., T)
     lse = torch.logsumexp(stacked, dim=0)  # L = log sum_c e^(L_c)
     shift = lse.masked_fill(lse.isneginf(), 0.0)  # no visible key anywhere: weights 0
     weights = torch.exp(stacked - shift)  # e^(L_c - L): (n, ..., T)
     out = (weights[..., None] * torch.stack(list(outputs))).sum(dim=0)  # sum_c e^(L_c-L) O_c
     return out, lse
+
+
+def _sets(name: str, value: object) -> list[Tensor]:
+    """One tensor per set: a list or tuple of them, or one tensor stacked over the sets."""
+    if isinstance(value, Tensor) and value.ndim >= 1:
+        return list(value.unbind(0))
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"{name} must be a list or tuple of tensors, one per set of keys, got "
+                        f"{type(value).__name__}")  # fmt: skip
+    return list(value)
+
+
+def _check_like(name: str, value: object, shape: Sequence[int], like: Tensor) -> None:
+    """`value` a tensor of `shape`, with `like`'s dtype and device; else an error naming it."""
+    check_tensor(name, value, like=like)
+    assert isinstance(value, Tensor)
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
 
 
 def split_kv_attention(

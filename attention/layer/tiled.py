@@ -287,9 +287,20 @@ def _modify(problem: _Problem, raw: Tensor, qt: Tokens, kt: Tokens, fate: int) -
 # ---------------------------------------------------------------------------------------
 
 
+def _present(problem: _Problem, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """`k` and `v` with the keys at position -1 (no token) zeroed: a weight of 0 times a NaN
+    there would still be NaN, and no value of a missing token may reach an output."""
+    absent = problem.k_line < 0  # (S,) or (b or 1, S)
+    if not bool(absent.any()):
+        return k, v
+    absent = absent.reshape(absent.shape[0] if absent.ndim == 2 else 1, 1, -1, 1)
+    return k.masked_fill(absent, 0.0), v.masked_fill(absent, 0.0)
+
+
 def _forward(problem: _Problem, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """$O$ `(b, h, T, d_v)` and $L$ `(b, h, T)`: outer loop over query tiles, inner over keys."""
     b = q.shape[0]
+    k, v = _present(problem, k, v)
     grid = _grid(problem, b)
     out = q.new_zeros(*q.shape[:-1], v.shape[-1])  # O: (b, h, T, d_v)
     lse = q.new_full(q.shape[:-1], -math.inf)  # L: (b, h, T); -inf for a query seeing nothing
@@ -313,7 +324,7 @@ def _forward(problem: _Problem, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor
             ell = rescale * ell + p.sum(dim=-1, keepdim=True)  # l' = e^(m - m') l + rowsum P~
             o = rescale * o + _pv(p, v[:, :, k_lo:k_hi])  # O' = e^(m - m') O + P~ V_j
             m = m_new
-        seen = ell > 0  # a query with no visible key keeps O = 0, L = -inf
+        seen = ell != 0  # a query with no visible key keeps O = 0, L = -inf; NaN stays NaN
         out[:, :, q_lo:q_hi] = torch.where(seen, o / torch.where(seen, ell, 1.0), 0.0)  # O = O / l
         lse[:, :, q_lo:q_hi] = torch.where(seen, m + torch.log(ell), -math.inf)[..., 0]  # L
     return out, lse
@@ -368,7 +379,9 @@ def _backward(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor,
     `saved` is $Q, K, V, L$ and `delta` $D$, with $L$ and $D$ over every key: the keys may be
     one set of several (a ring's block), whose share of the gradients this is.
     """
-    q, k, v, _ = saved
+    q, k, v, lse = saved
+    k, v = _present(problem, k, v)  # as in the forward: a missing token's NaN reaches nothing
+    saved = (q, k, v, lse)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     grid = _grid(problem, q.shape[0])
     q_tiles = problem.tiles(problem.q_line, problem.block_q)

@@ -199,7 +199,7 @@ def test_merge_of_halves_is_the_whole_and_ignores_an_empty_part() -> None:
         return torch.softmax(s, -1) @ values[lo:hi], torch.logsumexp(s, -1)
 
     (o1, l1), (o2, l2) = part(0, 4), part(4, 10)
-    empty = (torch.zeros(3, 2, dtype=torch.float64), torch.full((3,), -math.inf))
+    empty = (torch.zeros(3, 2, dtype=torch.float64), torch.full((3,), -math.inf).double())
     out, lse = merge([o1, o2, empty[0]], [l1, l2, empty[1]])
     torch.testing.assert_close(out, whole, atol=ATOL, rtol=0)
     torch.testing.assert_close(lse, torch.logsumexp(scores, -1), atol=ATOL, rtol=0)
@@ -247,3 +247,84 @@ def test_split_kv_bad_input_is_named() -> None:
         split_kv_attention(q, k, v, num_splits=2, workers=0)
     with pytest.raises(ValueError, match="merge needs one lse per output"):
         merge([q], [])
+
+
+def test_a_nan_or_infinite_score_is_nan_as_in_the_formula_not_a_row_of_zeros() -> None:
+    q, k, v = (t.detach() for t in qkv(6, 6))
+    q[0, 1, 2, 0] = math.nan  # one query's score against every key is NaN
+    k[1, 0, 3, 0] = math.inf  # one key scores +-inf against every query of its group
+    want = explicit(q, k, v, causal(), (), tokens(torch.arange(6)), tokens(torch.arange(6)))
+    for got in (flash_attention(q, k, v, mask=causal(), block_q=4, block_k=4),
+                split_kv_attention(q, k, v, mask=causal(), num_splits=3)):  # fmt: skip
+        assert torch.equal(got.isnan(), want.isnan())  # NaN exactly where the formula has it
+        assert got[0, 1, 2].isnan().all()  # the NaN query's row
+        assert got[1, :2, 3:].isnan().any()  # +inf - inf where the key scores +inf
+        finite = ~want.isnan()
+        assert torch.allclose(got[finite], want[finite], rtol=0, atol=ATOL)
+
+
+def test_a_missing_token_is_read_by_nothing_not_even_its_nan() -> None:
+    q, k, v = (t.detach() for t in qkv(6, 6))
+    line = torch.tensor([[0, 1, 2, -1, 4, 5], [0, -1, 2, 3, 4, 5]])  # -1: no token there
+    clean = [t.clone().requires_grad_() for t in (q, k, v)]
+    dirty = [t.clone() for t in (q, k, v)]
+    dirty[1][0, :, 3], dirty[2][1, :, 1] = math.nan, math.inf  # a missing token's key, value
+    dirty = [t.requires_grad_() for t in dirty]
+    outs = []
+    for leaves in (clean, dirty):
+        out = flash_attention(*leaves, mask=causal(), q_positions=torch.arange(6),
+                              k_positions=line, block_q=2, block_k=2)  # fmt: skip
+        out.sum().backward()
+        outs.append(out)
+    assert torch.allclose(outs[1], outs[0], rtol=0, atol=ATOL)
+    for c, d in zip(clean, dirty, strict=True):
+        assert c.grad is not None and d.grad is not None
+        assert torch.allclose(d.grad, c.grad, rtol=0, atol=ATOL)
+    assert dirty[1].grad is not None and dirty[1].grad[0, :, 3].abs().max() == 0
+
+
+def test_merge_and_partial_backward_refuse_what_does_not_fit() -> None:
+    from attention.layer.split_kv import partial_attention, partial_backward
+
+    q, k, v = (t.detach() for t in qkv(5, 6))
+    o, lse = partial_attention(q, k, v)
+    with pytest.raises(ValueError, match=r"lses\[1\] must have shape \(2, 4, 5\), got \(1, 4, 5\)"):
+        merge([o, o], [lse, lse[:1]])  # broadcasting would have mixed the rows
+    with pytest.raises(ValueError, match=r"outputs\[1\] must have shape \(2, 4, 5, 8\), got"):
+        merge([o, o[..., :1, :]], [lse, lse])
+    with pytest.raises(TypeError, match=r"lses\[0\] must have dtype torch.float64"):
+        merge([o], [lse.float()])
+    with pytest.raises(TypeError, match=r"outputs must be a list or tuple of tensors"):
+        merge(o.numpy(), [lse])  # type: ignore[arg-type]
+    stacked, _ = merge(torch.stack([o, o]), torch.stack([lse, lse]))  # a tensor: one per set
+    assert torch.allclose(stacked, merge([o, o], [lse, lse])[0], rtol=0, atol=ATOL)
+    d_out, delta = torch.ones_like(o), lse.clone()
+    for args, words in (
+        ((d_out[..., :1], lse, delta), r"d_out must have shape \(2, 4, 5, 8\)"),
+        ((d_out, lse[..., :1], delta), r"lse must have shape \(2, 4, 5\), got \(2, 4, 1\)"),
+        ((d_out, lse, delta[..., :1]), r"delta must have shape \(2, 4, 5\)"),
+    ):
+        with pytest.raises(ValueError, match=words):
+            partial_backward(q, k, v, *args)
+    with pytest.raises(TypeError, match=r"d_out must have dtype torch.float64"):
+        partial_backward(q, k, v, d_out.float(), lse, delta)
+
+
+def test_a_numpy_scale_is_a_number() -> None:
+    import numpy as np
+
+    q, k, v = (t.detach() for t in qkv(4, 4))
+    want = flash_attention(q, k, v, scale=0.5)
+    assert torch.equal(flash_attention(q, k, v, scale=np.float32(0.5)), want)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"scale must be a finite number > 0, got True"):
+        flash_attention(q, k, v, scale=True)
+
+
+def test_no_heads_or_an_empty_head_is_refused_by_name() -> None:
+    q, k, v = (t.detach() for t in qkv(4, 4))
+    with pytest.raises(
+        ValueError, match=r"at least one head and head_dim >= 1, got q \(2, 4, 4, 0\)"
+    ):
+        flash_attention(q[..., :0], k[..., :0], v)
+    with pytest.raises(ValueError, match=r"at least one head .* k \(2, 0, 4, 8\)"):
+        flash_attention(q, k[:, :0], v[:, :0])
