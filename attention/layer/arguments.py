@@ -167,21 +167,31 @@ def padding_zeroed(x: Tensor, key_padding_mask: Tensor | None, document_ids: Ten
     return x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
 
 
-def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool) -> None:
-    """RoPE's `(cos, sin)`: two tensors of `head_dim` columns, one per query position."""
+def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool,
+                 batch_size: int) -> None:  # fmt: skip
+    """RoPE's `(cos, sin)`: two tensors of one shape, `(num_tokens, head_dim)` (every row's
+    positions the same) or `(batch_size or 1, 1, num_tokens, head_dim)` (each row's own), as
+    [`RotaryTable.at`][attention.layer.positions.RotaryTable.at] makes them. A
+    `(batch, num_tokens, head_dim)` pair (transformers' layout) would broadcast its rows
+    against the heads: refused."""
     ok = type(angles) is tuple and len(angles) == 2 and rope
-    cos = angles[0] if ok else None  # type: ignore[index]
-    if not (
-        ok
-        and isinstance(cos, Tensor)
-        and isinstance(angles[1], Tensor)  # type: ignore[index]
-        and cos.shape[-1] == head_dim
-        and cos.shape[-2] == num_tokens
-    ):
+    cos: object = angles[0] if ok else None  # type: ignore[index]
+    sin: object = angles[1] if ok else None  # type: ignore[index]
+    if not (ok and isinstance(cos, Tensor) and isinstance(sin, Tensor)):
         raise ValueError(
             f"angles must be RoPE's (cos, sin) for {num_tokens} positions and "
             f"head_dim={head_dim}, in a module with rope=True (rope={rope}); got "
             f"{type(angles).__name__}"
+        )
+    shape = tuple(cos.shape)
+    fits = shape == (num_tokens, head_dim) or (
+        len(shape) == 4 and shape[0] in (1, batch_size) and shape[1:] == (1, num_tokens, head_dim)
+    )
+    if not fits or tuple(sin.shape) != shape:
+        rows = "1" if batch_size == 1 else f"{batch_size} or 1"
+        raise ValueError(
+            f"angles must be (cos, sin) of shape ({num_tokens}, {head_dim}) or "
+            f"({rows}, 1, {num_tokens}, {head_dim}); got cos {shape} and sin {tuple(sin.shape)}"
         )
 
 
@@ -302,6 +312,9 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     check_tensor("k", k, ndim=4, like=q)
     check_tensor("v", v, ndim=4, like=q)
     b, h, _, d = q.shape
+    if h < 1 or d < 1 or k.shape[1] < 1 or v.shape[-1] < 1:
+        raise ValueError(f"q, k and v need at least one head and head_dim >= 1, got q "
+                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
     if k.shape[0] != b or k.shape[-1] != d:
         raise ValueError(f"k must be (batch, num_kv_heads, num_keys, head_dim) = ({b}, ., ., "
                          f"{d}) for q {tuple(q.shape)}, got {tuple(k.shape)}")  # fmt: skip

@@ -236,6 +236,10 @@ class GatedDeltaNet(nn.Module):
         one in it (`state.update`): one token at a time is decoding."""
         check_input(x, self.d_in, batched=True, like=self.out_proj.weight)
         B, T, _ = x.shape
+        if B == 0 or T == 0:  # nothing read: an empty output, the state as it was
+            if state is not None and B:
+                self._check_state(state, x)
+            return x.new_zeros(B, T, self.out_proj.out_features)
         keep = state is not None
         state = self._check_state(state, x)
         mixed, z, b, a = self._split(x)

@@ -358,10 +358,12 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         if cache is not None:
             self.check_cache(cache, b, num_tokens)
         if angles is not None:
-            arguments.check_angles(angles, num_tokens, self.qk_rope_head_dim, rope=True)
-        if num_tokens == 0:
-            empty = x.new_zeros(b, 0, self.d_in)
-            return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
+            arguments.check_angles(angles, num_tokens, self.qk_rope_head_dim, True, b)
+        if num_tokens == 0 or b == 0:  # nothing to attend: empty outputs, the cache unchanged
+            empty = x.new_zeros(b, num_tokens, self.d_in)
+            keys = num_tokens + (cache.length if cache is not None else 0)
+            return (empty, x.new_zeros(b, self.num_heads, num_tokens, keys if num_tokens else 0)
+                    ) if need_weights else empty  # fmt: skip
         q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
         if cache is not None and cache.length == 0 and self._prefix:
             arguments.check_prefill(self.rule, q)

@@ -386,13 +386,16 @@ class MultiHeadAttention(Specified, nn.Module):
             and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
         ):  # fmt: skip
             arguments.check_cache(self, cache, b, num_tokens, w)
-        if angles is not None and not (type(angles) is tuple and len(angles) == 2
-                                       and type(angles[0]) is Tensor
-                                       and self.rotary is not None
-                                       and angles[0].shape[-2:] == (num_tokens, self.rotary.dim)
-                                       ):  # fmt: skip
+        if angles is not None and not (  # fast: a pair of one shape that fits; else named
+            type(angles) is tuple and len(angles) == 2 and self.rotary is not None
+            and type(angles[0]) is Tensor and type(angles[1]) is Tensor
+            and angles[0].shape == angles[1].shape
+            and angles[0].shape[-2:] == (num_tokens, self.rotary.dim)
+            and (angles[0].ndim == 2 or (angles[0].ndim == 4 and angles[0].shape[1] == 1
+                                         and angles[0].shape[0] in (1, b)))
+        ):  # fmt: skip
             arguments.check_angles(angles, num_tokens, self.rotary.dim if self.rotary else
-                                   self.head_dim, self.rope)  # fmt: skip
+                                   self.head_dim, self.rope, b)  # fmt: skip
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
             empty = x.new_zeros(b, 0, self.out_features)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty

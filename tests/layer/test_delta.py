@@ -236,3 +236,32 @@ def test_bad_states_and_shapes_are_refused() -> None:
         ValueError, match=r"state.recurrent must keep shape \(2, 4, 8, 6\), got \(1, 4, 8, 6\)"
     ):
         state.update(state.conv, state.recurrent[:1])
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [("g", -torch.inf, r"g must be finite log decays <= 0 .* from -inf"),
+     ("g", 3.0, r"g must be finite log decays <= 0 .* to 3"),
+     ("g", torch.nan, r"g must be finite log decays <= 0"),
+     ("beta", 7.0, r"beta must be write strengths in \[0, 1\], got values from .* to 7"),
+     ("beta", -0.5, r"beta must be write strengths in \[0, 1\], got values from -0.5")],
+)  # fmt: skip
+def test_gates_out_of_their_range_are_refused_by_every_form(name: str, value: float,
+                                                            words: str) -> None:  # fmt: skip
+    q, k, v, beta, g = inputs(6)
+    gates = {"beta": beta.clone(), "g": g.clone()}
+    gates[name][0, 0, 2] = value  # g = -inf would be NaN in the chunked form's differences
+    for form in (delta_recurrent, delta_chunked, delta_parallel):
+        with pytest.raises(ValueError, match=words):
+            form(q, k, v, gates["beta"], gates["g"])
+
+
+def test_an_empty_batch_or_chunk_gives_empty_outputs_and_keeps_the_state() -> None:
+    net, x = layer(), hidden(5)
+    with torch.no_grad():
+        state = net.init_state(B)
+        net(x[:, :3], state=state)
+        kept = [t.clone() for t in (state.conv, state.recurrent)]
+        assert net(x[:, :0], state=state).shape == (B, 0, D_IN)
+        assert net(x[:0]).shape == (0, 5, D_IN)
+    assert torch.equal(state.conv, kept[0]) and torch.equal(state.recurrent, kept[1])

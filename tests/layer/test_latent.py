@@ -297,9 +297,14 @@ def test_bad_inputs() -> None:
         layer(x.float())
     with pytest.raises(ValueError, match=r"positions must be integers of shape"):
         layer(x, positions=torch.arange(T)[None])
-    with pytest.raises(ValueError, match=r"angles must be RoPE's \(cos, sin\) for 9 positions and "
-                                         r"head_dim=4"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"angles must be \(cos, sin\) of shape \(9, 4\) or "
+                                         r"\(2 or 1, 1, 9, 4\); got cos \(9, 6\)"):  # fmt: skip
         layer(x, angles=(torch.ones(T, 6), torch.ones(T, 6)))
+    cos = torch.ones(1, T, 4)  # transformers' (batch, T, d): its rows would meet the heads
+    with pytest.raises(ValueError, match=r"got cos \(1, 9, 4\) and sin \(1, 9, 4\)"):
+        layer(x, angles=(cos, cos))
+    with pytest.raises(ValueError, match=r"got cos \(9, 4\) and sin \(5, 4\)"):
+        layer(x, angles=(torch.ones(T, 4), torch.ones(5, 4)))
     with pytest.raises(TypeError, match=r"need_weights must be True or False"):
         layer(x, need_weights=1)  # type: ignore[call-overload]
 
@@ -349,3 +354,11 @@ def test_published_latent_shapes_match_the_layer() -> None:
         assert kv_cache_bytes(shape, 10, batch=2) == 2 * 10 * 61 * 576 * 2
     deepseek = LATENT["DeepSeek-V3"]
     assert deepseek.expanded_per_token == 128 * (128 + 64 + 128)
+
+
+def test_an_empty_batch_or_chunk_gives_empty_outputs() -> None:
+    layer = mla()
+    for batch, num_tokens in ((0, T), (2, 0)):
+        out, weights = layer(inputs(batch, num_tokens), need_weights=True)
+        assert out.shape == (batch, num_tokens, D_IN)
+        assert weights.shape == (batch, H, num_tokens, num_tokens)
