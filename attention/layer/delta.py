@@ -50,6 +50,8 @@ Examples:
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -72,6 +74,14 @@ def check_gates(
     g = torch.zeros_like(beta) if g is None else check_tensor("g", g, ndim=3, like=q)
     if g.shape != beta.shape:
         raise ValueError(f"g must have shape (B, H, T) {tuple(beta.shape)}, got {tuple(g.shape)}")
+    # values, not only shapes: outside these ranges the rule is not a contraction, and an
+    # infinite g (a full reset) is NaN in the chunked form's differences of its running sums
+    if not bool(((beta >= 0) & (beta <= 1)).all()):
+        raise ValueError(f"beta must be write strengths in [0, 1], got values from "
+                         f"{beta.min().item():.4g} to {beta.max().item():.4g}")  # fmt: skip
+    if not bool(((g <= 0) & (g > -math.inf)).all()):
+        raise ValueError(f"g must be finite log decays <= 0 (alpha = e^g in (0, 1]), got "
+                         f"values from {g.min().item():.4g} to {g.max().item():.4g}")  # fmt: skip
     expected = (*q.shape[:2], q.shape[-1], d_v)
     if state is None:
         return beta, g, q.new_zeros(expected)

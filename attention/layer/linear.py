@@ -118,7 +118,9 @@ class LinearCache:
     max_tokens: ClassVar[None] = None  # no limit: the state has no slots to fill
 
     def __init__(self, state: LinearState, length: int = 0) -> None:
-        self.state, self.length = state, length
+        if not isinstance(state, LinearState):
+            raise TypeError(f"state must be a LinearState, got {type(state).__name__}")
+        self.state, self.length = state, check_size("length", length, minimum=0)
 
     @property
     def batch_size(self) -> int:
@@ -126,9 +128,14 @@ class LinearCache:
         return self.state.S.shape[0]
 
     def update(self, state: LinearState, num_tokens: int) -> None:
-        """Keep `state`, the state after `num_tokens` more tokens; its shapes must not change."""
+        """Keep `state`, the state after `num_tokens` more tokens; its shapes, dtype and device
+        must not change (checked before anything is kept)."""
+        if not isinstance(state, LinearState):
+            raise TypeError(f"state must be a LinearState, got {type(state).__name__}")
+        num_tokens = check_size("num_tokens", num_tokens, minimum=0)
         for name in ("S", "z"):
             old, new = getattr(self.state, name), getattr(state, name)
+            check_tensor(f"state.{name}", new, like=old)
             if new.shape != old.shape:
                 raise ValueError(f"state.{name} must keep shape {tuple(old.shape)}, got "
                                  f"{tuple(new.shape)}")  # fmt: skip
@@ -169,13 +176,21 @@ def _check_state(state: object, q: Tensor, v: Tensor) -> LinearState:
         raise TypeError(f"state must be a LinearState, got {type(state).__name__}")
     empty = LinearState.zeros(q, v)
     for name in ("S", "z"):
-        expected, got = getattr(empty, name), check_tensor(f"state.{name}", getattr(state, name))
+        expected = getattr(empty, name)
+        got = check_tensor(f"state.{name}", getattr(state, name), like=q)
         if got.shape != expected.shape:
             raise ValueError(
                 f"state.{name} must have shape {tuple(expected.shape)} for these q and v, "
                 f"got {tuple(got.shape)}"
             )
     return state
+
+
+def _divided(out: Tensor, denominator: Tensor) -> Tensor:
+    """`out / denominator`, with 0 where the denominator is 0: a query whose weights are all 0
+    (a feature map such as ReLU can zero them) gets zeros, as a softmax query that sees no
+    key, not 0 / 0 = NaN; its numerator is 0 there too."""
+    return out / torch.where(denominator == 0, 1.0, denominator)
 
 
 def linear_parallel(
@@ -202,7 +217,7 @@ def linear_parallel(
     A = (feature_map(q) @ feature_map(k).transpose(-1, -2)).tril()
     out = A @ v  # sum_s A_ts v_s                                         (B, H, T, d_v)
     assert out.shape == (*q.shape[:2], T, v.shape[-1])
-    return out / A.sum(-1, keepdim=True) if normalize else out
+    return _divided(out, A.sum(-1, keepdim=True)) if normalize else out
 
 
 def linear_recurrent(
@@ -234,7 +249,7 @@ def linear_recurrent(
         z = z + fk[:, :, t]  # z += phi(k_t)
         o = torch.einsum("bhk,bhkv->bhv", fq[:, :, t], S)  # S^T phi(q_t)       (B, H, d_v)
         if normalize:
-            o = o / (fq[:, :, t] * z).sum(-1, keepdim=True)  # / z . phi(q_t)
+            o = _divided(o, (fq[:, :, t] * z).sum(-1, keepdim=True))  # / z . phi(q_t)
         outputs.append(o)
     out = torch.stack(outputs, dim=2) if outputs else v.new_zeros(v.shape)
     return out, LinearState(S, z)
@@ -276,7 +291,7 @@ def linear_chunked(
         A = (Q @ K.transpose(-1, -2)).tril()  # inside the chunk          (B, H, C, C)
         o = Q @ S + A @ V  # the chunks before + this one                  (B, H, C, d_v)
         if normalize:
-            o = o / ((Q @ z.unsqueeze(-1)) + A.sum(-1, keepdim=True))
+            o = _divided(o, (Q @ z.unsqueeze(-1)) + A.sum(-1, keepdim=True))
         outputs.append(o)
         S = S + K.transpose(-1, -2) @ V  # S += K_c^T V_c
         z = z + K.sum(2)  # z += K_c^T 1

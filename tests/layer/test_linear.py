@@ -135,3 +135,33 @@ def test_mismatched_heads_and_dims_are_refused() -> None:
         linear_recurrent(q, k, v[:, :, :3])
     with pytest.raises(TypeError, match="k"):
         linear_chunked(q, k.float(), v)
+
+
+def test_a_query_with_no_weight_gets_zeros_not_nan_in_every_form() -> None:
+    q, k, v = qkv(9)
+    q[0, 0, :4] = -1.0  # with phi = ReLU, these queries weigh every key 0
+    relu = torch.nn.functional.relu
+    forms = [linear_parallel(q, k, v, feature_map=relu),
+             linear_recurrent(q, k, v, feature_map=relu)[0],
+             linear_chunked(q, k, v, chunk_size=4, feature_map=relu)[0]]  # fmt: skip
+    for out in forms:
+        assert not out.isnan().any()
+        assert out[0, 0, :4].abs().max() == 0  # as a softmax query that sees no key
+        assert_close(out, forms[0], **EXACT)
+
+
+def test_a_cache_takes_only_states_that_fit_and_keeps_its_own_otherwise() -> None:
+    from attention.layer.linear import LinearCache
+
+    q, k, v = qkv(3)
+    state = LinearState.zeros(q, v)
+    with pytest.raises(ValueError, match=r"length must be >= 0, got -5"):
+        LinearCache(state, length=-5)
+    cache = LinearCache(state, length=3)
+    with pytest.raises(ValueError, match=r"num_tokens must be >= 0, got -3"):
+        cache.update(state, num_tokens=-3)
+    with pytest.raises(TypeError, match=r"state.S must have dtype torch.float64"):
+        cache.update(LinearState(state.S.float(), state.z.float()), num_tokens=1)
+    assert cache.length == 3 and cache.state is state  # nothing kept from a refused update
+    with pytest.raises(TypeError, match=r"state.S must have dtype torch.float32"):
+        linear_recurrent(q.float(), k.float(), v.float(), state=state)
