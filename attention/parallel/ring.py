@@ -22,6 +22,7 @@ every process, instead of leaving the others waiting for a block that never come
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,9 @@ class Shard:
         error: what is wrong with this process's arguments, or None.
         kind: the error's class: `"ValueError"`, or `"TypeError"` for a mask or score modifier
             of the wrong kind.
+        rule: its mask and score modifiers, by name: every process must give the same.
+        positions: its tokens' positions `(batch, tokens)` on the CPU, for the check that no
+            position is on two processes.
     """
 
     rank: int
@@ -72,13 +76,16 @@ class Shard:
     dtype: str
     error: str | None
     kind: str = "ValueError"
+    rule: str = ""
+    positions: Tensor | None = None
 
 
 def describe(
-    rank: int, q: Any, k: Any, v: Any, positions: Any, wrong: Exception | None = None
-) -> Shard:
+    rank: int, q: Any, k: Any, v: Any, positions: Any, wrong: Exception | None = None,
+    rule: str = "",
+) -> Shard:  # fmt: skip
     """This process's [`Shard`][attention.parallel.ring.Shard], its arguments checked here
-    (`wrong`: what checking its mask and score modifiers raised)."""
+    (`wrong`: what checking its mask and score modifiers raised; `rule`: their names)."""
     if wrong is not None:
         return Shard(rank, 0, 0, -1, (), "", str(wrong), type(wrong).__name__)
     error = local_error(q, k, v, positions)
@@ -87,7 +94,32 @@ def describe(
     real = positions[positions >= 0]
     low, high = (int(real.min()), int(real.max())) if real.numel() else (0, -1)
     shapes = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
-    return Shard(rank, q.shape[2], low, high, shapes, str(q.dtype), None)
+    return Shard(rank, q.shape[2], low, high, shapes, str(q.dtype), None, rule=rule,
+                 positions=positions.detach().to("cpu", torch.long))  # fmt: skip
+
+
+def shared_position(shards: Sequence[Shard]) -> str | None:
+    """Where two processes hold the same position of one row (each token is on one process),
+    named; None where every position is on one process only."""
+    held_by = [(s.rank, s.positions) for s in shards if s.positions is not None]
+    if not held_by:
+        return None
+    for row in range(held_by[0][1].shape[0]):
+        line = torch.cat([p[row] for _, p in held_by])
+        owner = torch.cat([torch.full_like(p[row], rank) for rank, p in held_by])
+        real = line >= 0
+        line, owner = line[real], owner[real]
+        order = torch.sort(line, stable=True).indices
+        line, owner = line[order], owner[order]
+        twice = (line[1:] == line[:-1]).nonzero()
+        if twice.numel():
+            i = int(twice[0, 0])
+            a, b = int(owner[i]), int(owner[i + 1])
+            where = f"twice on rank {a}" if a == b else f"on rank {a} and rank {b}"
+            return (f"position {int(line[i])} of row {row} is {where}: each token has its own "
+                    "position, on one process (the whole sequence's, not each shard's "
+                    "own)")  # fmt: skip
+    return None
 
 
 def local_error(q: Any, k: Any, v: Any, positions: Any) -> str | None:
@@ -108,14 +140,15 @@ def local_error(q: Any, k: Any, v: Any, positions: Any) -> str | None:
     if not isinstance(positions, Tensor) or positions.shape != (b, num_tokens) or (
         positions.is_floating_point() or positions.dtype == torch.bool
     ):  # fmt: skip
-        got = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+        got = (f"{positions.dtype} {tuple(positions.shape)}" if isinstance(positions, Tensor)
+               else type(positions).__name__)  # fmt: skip
         return f"positions must be integers of shape (batch, tokens) = {(b, num_tokens)}, got {got}"
     return None
 
 
 def exchange(
     q: Any, k: Any, v: Any, positions: Any, group: dist.ProcessGroup | None,
-    wrong: Exception | None = None,
+    wrong: Exception | None = None, rule: str = "",
 ) -> list[Shard]:  # fmt: skip
     """Every process's `Shard`, checked alike everywhere: one error, raised on every process.
 
@@ -131,7 +164,7 @@ def exchange(
                            "in every process first")  # fmt: skip
     rank = dist.get_rank(group)
     shards: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(shards, describe(rank, q, k, v, positions, wrong), group=group)
+    dist.all_gather_object(shards, describe(rank, q, k, v, positions, wrong, rule), group=group)
     for shard in shards:  # the same order everywhere: the same first error
         if shard.error is not None:
             error = TypeError if shard.kind == "TypeError" else ValueError
@@ -147,6 +180,13 @@ def exchange(
         if shard.dtype != first.dtype:
             raise ValueError(f"ring_attention: q: rank 0 has {first.dtype}, rank {shard.rank} "
                              f"has {shard.dtype}")  # fmt: skip
+        if shard.rule != first.rule:
+            raise ValueError(f"ring_attention: mask: every process needs the same mask and "
+                             f"score modifiers: rank 0 has {first.rule}, rank {shard.rank} has "
+                             f"{shard.rule}")  # fmt: skip
+    twice = shared_position(shards)
+    if twice is not None:
+        raise ValueError(f"ring_attention: positions: {twice}")
     return shards
 
 
@@ -317,7 +357,8 @@ def ring_attention(
         mods = as_score_mods(score_mods)
     except (TypeError, ValueError) as error:
         wrong = error
-    shards = exchange(q, k, v, positions, group, wrong)
+    named = f"mask {rule.name}, score_mods {[mod.name for mod in mods]}"
+    shards = exchange(q, k, v, positions, group, wrong, named)
     ring = Ring(group, dist.get_rank(group), dist.get_world_size(group), shards)
     out: Tensor = RingFunction.apply(q, k, v, positions.long(), ring, rule, mods)  # type: ignore[no-untyped-call]
     return out

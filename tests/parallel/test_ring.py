@@ -93,13 +93,17 @@ def bad_inputs(rank: int, world: int) -> list[str]:
     q, k, v, _ = [t[:, :, :4] for t in inputs()]
     pos = torch.arange(4)[None].expand(B, 4) + 4 * rank
     told = []
-    for wrong in ("k", "positions", "mask"):
+    for wrong in ("k", "positions", "mask", "overlap", "rule"):
         args = [q, k, v, pos]
         if wrong == "k" and rank == 1:
             args[:3] = [t[..., :3] for t in args[:3]]  # another head size on rank 1 only
         if wrong == "positions" and rank == 0:
             args[3] = pos[0]  # (tokens,) instead of (batch, tokens), on rank 0 only
+        if wrong == "overlap":
+            args[3] = torch.arange(4)[None].expand(B, 4)  # each shard's own 0..3: overlapping
         mask: Any = "causal" if wrong == "mask" and rank == 1 else None  # a str, on rank 1
+        if wrong == "rule":
+            mask = window(2) if rank == 1 else causal()  # each computes its half its own way
         try:
             ring_attention(*args, mask=mask)
         except (TypeError, ValueError) as error:
@@ -125,11 +129,16 @@ def test_ring_equals_attention_over_the_whole_sequence(world: int) -> None:
         assert max(found.values()) < 1e-10, (rank, found)
     if world == 2:
         for told in (r[1] for r in results):  # the same error on both processes
-            assert len(told) == 3
+            assert len(told) == 5
             assert "q: every process needs the same" in told[0]
             assert "rank 0 has (2, 4, 4, 4), rank 1 has (2, 4, 4, 3)" in told[0]
             assert "rank 0" in told[1] and "positions must be" in told[1]
             assert told[2].startswith("TypeError: ring_attention: rank 1: mask must be a Mask")
+            assert "positions: position 0 of row 0 is on rank 0 and rank 1" in told[3]
+            assert (
+                "mask: every process needs the same mask and score modifiers: rank 0 has "
+                "mask causal(), score_mods [], rank 1 has mask window(2)"
+            ) in told[4]
 
 
 def test_no_process_group_is_a_runtime_error_naming_group() -> None:
@@ -193,6 +202,13 @@ def test_a_ring_of_one_process_is_attention_and_checks_its_shard(alone: None) ->
         assert torch.allclose(mine.grad, theirs.grad, rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match=r"rank 0: positions must be integers of shape"):
         ring_attention(q, k, v, pos[0])
+    with pytest.raises(ValueError, match=r"integers of shape \(batch, tokens\) = \(2, 13\), "
+                                         r"got torch.float32 \(2, 13\)"):  # fmt: skip
+        ring_attention(q, k, v, pos.float())
+    again = pos.clone()
+    again[1, 5] = again[1, 4]  # one row's token at a position another holds
+    with pytest.raises(ValueError, match=r"positions: position 4 of row 1 is twice on rank 0"):
+        ring_attention(q, k, v, again)
     with pytest.raises(ValueError, match=r"rank 0: k must have q's head_dim=4"):
         ring_attention(q, k[..., :3], v, pos)
     with pytest.raises(TypeError, match=r"rank 0: mask must be a Mask"):
