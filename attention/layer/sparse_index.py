@@ -155,7 +155,10 @@ class LightningIndexer(nn.Module):
 def topk_chosen(scores: Tensor, topk: int, seen: Tensor | None = None) -> Tensor:
     """Each query's `topk` keys of the largest scores among those it sees, `(b, T, S)` bool.
 
-    A query that sees at most `topk` keys keeps every one it sees (and no other).
+    A query that sees at most `topk` keys keeps every one it sees (and no other). Among
+    exactly equal scores (the indexer's ReLU makes zeros) `torch.topk` chooses, as in
+    transformers' DeepSeek-V3.2, whose logits this then equals; it may choose otherwise for
+    a query alone (a decode step) than beside others (a prefill), there as here.
 
     Args:
         scores: `(b, T, S)` floating point, the indexer's scores.
@@ -178,11 +181,14 @@ def topk_chosen(scores: Tensor, topk: int, seen: Tensor | None = None) -> Tensor
                          f"scores (batch, T, S) = {tuple(scores.shape)}, got {topk}")  # fmt: skip
     if seen is not None:
         seen = check_tensor("seen", seen, ndim=3)
-        if seen.dtype != torch.bool or seen.shape[1:] != scores.shape[1:]:
+        if (seen.dtype != torch.bool or seen.shape[1:] != scores.shape[1:]
+                or seen.shape[0] not in (1, scores.shape[0])):  # fmt: skip
             raise ValueError(f"seen must be bool of shape (batch or 1, T, S) = "
-                             f"(., {scores.shape[1]}, {scores.shape[2]}), got "
+                             f"({scores.shape[0]} or 1, {scores.shape[1]}, {scores.shape[2]}), got "
                              f"{seen.dtype} {tuple(seen.shape)}")  # fmt: skip
         scores = scores.masked_fill(~seen, -math.inf)  # what a query cannot see ranks last
+    # torch.topk, as transformers' DeepSeek-V3.2: equal scores choose the same keys as there
+    # (a stable sort, self-consistent, made a tiny random model's logits differ from its)
     top = scores.topk(topk, dim=-1).indices  # (b, T, k)
     chosen = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
     chosen = chosen.scatter(-1, top, True)

@@ -306,7 +306,7 @@ def test_from_hf_sparse_reads_the_softmax_factor_and_refuses_other_ropes(
     (lambda s, v: topk_chosen(s[0], 2), ValueError, r"scores must have 3 dimensions, got shape"),
     (lambda s, v: topk_chosen(s.long(), 2), TypeError, r"scores must be a floating-point"),
     (lambda s, v: topk_chosen(s, 2, v[..., :5]), ValueError,
-     r"seen must be bool of shape \(batch or 1, T, S\) = \(., 4, 6\), got torch.bool "
+     r"seen must be bool of shape \(batch or 1, T, S\) = \(2 or 1, 4, 6\), got torch.bool "
      r"\(2, 4, 5\)"),
     (lambda s, v: topk_mask(v.int()), TypeError, r"chosen must be a bool tensor.*got torch.int32"),
     (lambda s, v: topk_mask(v[0]), ValueError, r"chosen must have 3 dimensions, got shape"),
@@ -365,3 +365,10 @@ def test_gradients_reach_the_attention_not_the_indexer() -> None:
     assert all(g is None for name, g in grads.items() if name.startswith("indexer."))
     assert all(g is not None and g.abs().max() > 0 for name, g in grads.items()
                if not name.startswith("indexer."))  # fmt: skip
+
+
+def test_seen_of_another_batch_is_refused_by_name() -> None:
+    scores, seen = torch.rand(2, 3, 5), torch.ones(3, 3, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"seen must be bool of shape \(batch or 1, T, S\) = "
+                                         r"\(2 or 1, 3, 5\), got torch.bool \(3, 3, 5\)"):  # fmt: skip
+        topk_chosen(scores, 2, seen)
