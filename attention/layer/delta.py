@@ -105,8 +105,8 @@ def delta_recurrent(
         q: queries `(B, H, T, d_k)`, used as given (no scaling, no normalisation).
         k: keys `(B, H, T, d_k)` (unit length keeps $I - \beta k k^\top$ a contraction).
         v: values `(B, H, T, d_v)`.
-        beta: write strengths $\beta_t$ `(B, H, T)`.
-        g: log decays $g_t \le 0$ `(B, H, T)`; None: 0, DeltaNet.
+        beta: write strengths $\beta_t \in [0, 1]$ `(B, H, T)`; others are refused.
+        g: log decays $g_t \le 0$, finite `(B, H, T)` (others refused); None: 0, DeltaNet.
         state: $S$ before these tokens `(B, H, d_k, d_v)`; None: zeros. Not modified.
 
     Returns:

@@ -50,6 +50,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attention.checks import check_flag
 from attention.layer import gated_delta, latent, sparse_index
 from attention.layer.multihead import MultiHeadAttention
 from attention.model.experts import Router
@@ -110,6 +111,7 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
         ValueError: a setting, module or tensor it does not apply, named; or logits that
             differ on the probe.
     """
+    check = check_flag("check", check)  # "no" would be truthy: a check the caller turned off
     if type(hf_model).__name__ in MODULES:
         return MODULES[type(hf_model).__name__](hf_model).eval()
     config = getattr(hf_model, "config", None)

@@ -169,6 +169,8 @@ def test_logits_that_differ_on_the_probe_are_refused(transformers: ModuleType) -
 def test_not_a_transformers_model_is_refused() -> None:
     with pytest.raises(TypeError, match="hf_model must be a transformers"):
         attention.from_hf(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="check must be True or False, got 'no'"):
+        attention.from_hf(torch.nn.Linear(2, 2), check="no")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("family", ["qwen3", "gemma3"])
