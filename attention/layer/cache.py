@@ -194,6 +194,8 @@ class KVCache:
             keys, values = keys.to(self._k.dtype), values.to(self._k.dtype)
         num_tokens, start = keys.shape[2], self.length
         plain = self.contiguous and tokens.start == start and tokens.docs is None
+        if self.ring and not plain and tokens.docs is None and self._docs is None:
+            self._check_order(tokens.pos)  # before anything changes
         if not plain:
             self._leave_contiguous()
         if tokens.docs is not None and self._docs is None:
@@ -209,8 +211,9 @@ class KVCache:
         self.length = start + num_tokens
         if chunk is not None:
             return chunk
-        slots, b = self._slots, keys.shape[0]
-        used = slots if self.full else min(self.length, slots)
+        b, slots = keys.shape[0], self._slots  # used: `_used()`, inline (a decode step's call)
+        every = self.full or (self.ring and not self.contiguous)
+        used = slots if every else min(self.length, slots)
         if not self.contiguous:
             docs = None if self.documents is None else self.documents[:, :used]
             key_tokens = Tokens(b, used, keys.device, given=self.positions[:, :used], docs=docs)
@@ -219,6 +222,33 @@ class KVCache:
         else:  # keys 0 .. length - 1 in slot order
             key_tokens = Tokens(b, used, keys.device, start=0)
         return self.keys[:, :, :used], self.values[:, :, :used], key_tokens
+
+    def _check_order(self, pos: Tensor) -> None:
+        """A ring overwrites by position: each row's positions must grow from call to call
+        (a lower one would take the slot of a key a later query needs). Skipped where values
+        cannot steer Python (compiling, exporting, `meta`) and inside `static_steps`."""
+        if (self.full or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+                or pos.device.type == "meta"):  # fmt: skip
+            return
+        low = torch.full_like(self.next, self.length) if self.contiguous else self.next
+        behind = (pos >= 0) & (pos < low[:, None])
+        if bool(behind.any()):
+            row = int(behind.any(dim=1).nonzero()[0, 0])
+            raise ValueError(
+                f"positions: a ring-buffer cache (window={self.window}, sinks={self.sinks}) "
+                f"keeps keys by position, so each row's positions must grow from call to call: "
+                f"row {row} holds positions up to {int(low[row]) - 1}, got "
+                f"{pos[row][behind[row]].tolist()[:8]}"
+            )
+
+    def _used(self) -> int:
+        """The slots a query may need: those filled so far, in order; every slot inside
+        `static_steps`, and of a ring whose positions were given (an offset or a gap puts a
+        position at a slot past the count of tokens: `k + (p - k) mod w`). An empty slot holds
+        position -1, which no query sees."""
+        if self.full or (self.ring and not self.contiguous):
+            return self._slots
+        return min(self.length, self._slots)
 
     def _leave_contiguous(self) -> None:
         """Before the first update that sets rows apart: the device's counters made current."""
@@ -231,7 +261,7 @@ class KVCache:
         self, tokens: Tokens, keys: Tensor, values: Tensor
     ) -> tuple[Tensor, Tensor, Tokens]:
         """A ring's chunk: the stored window and the chunk together (before it is written)."""
-        used = min(self.length, self.slots)
+        used = self._used()
         pos = torch.cat((self.positions[:, :used], tokens.pos), dim=1)
         docs = None
         if self.documents is not None:

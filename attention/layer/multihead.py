@@ -342,8 +342,10 @@ class MultiHeadAttention(Specified, nn.Module):
             value: `(batch, num_keys, vdim)`, what the values come from; default `key`.
             positions: each token's position `(batch, num_tokens)`, non-negative ints, read
                 by RoPE, the mask, the score modifiers and the cache alike (offsets, gaps,
-                any order where the mask allows; a ring cache needs each row's to grow from
-                call to call); default: each row's real tokens counted after the cache's.
+                any order where the mask allows); default: each row's real tokens counted
+                after the cache's. With a cache, a later call must hold no key that an
+                earlier call's query sees (under a causal mask, each row's positions grow from
+                call to call); a ring cache refuses positions that do not grow.
             angles: RoPE's `(cos, sin)` at those positions, made once by a model for every
                 layer ([`RotaryTable.at`][attention.layer.positions.RotaryTable.at]); default: made
                 here.

@@ -262,3 +262,32 @@ def test_padding_and_given_positions_together(mask: str, pad: str) -> None:
             outs += [mha(x[:, t : t + 1], padding[:, t : t + 1], cache=cache,
                          positions=pos[:, t : t + 1]) for t in range(4, T)]  # fmt: skip
             assert_close(torch.cat(outs, 1) * real, expected * real, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "extra", [{"window": 3}, {"window": 3, "sinks": 2}], ids=["window", "sinks"]
+)
+@pytest.mark.parametrize("line", [[7, 8, 9, 10, 11], [0, 2, 3, 6, 7], [100, 101, 103, 104, 108]])
+def test_a_ring_cache_at_offsets_and_gaps_is_the_uncached_layer(extra: dict, line: list) -> None:
+    """A ring keeps position p at slot k + (p - k) mod w: with an offset or a gap, past the
+    count of tokens, where a query must still find it (it read only the first `length`)."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 8, 16, 0.0, 2, **extra).double().eval()
+    x, pos = torch.randn(1, 5, 8, dtype=torch.float64), torch.tensor([line])
+    whole = mha(x, positions=pos)
+    cache = mha.init_cache(1)
+    parts = [mha(x[:, i : i + 1], cache=cache, positions=pos[:, i : i + 1]) for i in range(5)]
+    assert_close(torch.cat(parts, dim=1), whole, atol=1e-12, rtol=0)
+
+
+def test_a_ring_cache_refuses_positions_that_do_not_grow_and_keeps_its_keys() -> None:
+    mha = MultiHeadAttention(8, 8, 16, 0.0, 2, window=3).double().eval()
+    x = torch.randn(1, 3, 8, dtype=torch.float64)
+    cache = mha.init_cache(1)
+    mha(x[:, :2], cache=cache, positions=torch.tensor([[10, 11]]))
+    kept = (cache.keys.clone(), cache.positions.clone(), cache.length)
+    with pytest.raises(ValueError, match=r"each row's positions must grow from call to call: "
+                                         r"row 0 holds positions up to 11, got \[5\]"):  # fmt: skip
+        mha(x[:, 2:], cache=cache, positions=torch.tensor([[5]]))  # would take 11's slot
+    assert torch.equal(cache.keys, kept[0]) and torch.equal(cache.positions, kept[1])
+    assert cache.length == kept[2]
