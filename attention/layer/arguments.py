@@ -250,12 +250,17 @@ def check_prefill(rule: Mask, q: Tokens) -> None:
     """The first call into a cache of a prefix-LM holds every row's positions `0 ... n - 1`."""
     prefix = rule.bounds.prefix
     assert prefix
-    held = q.n if q.start == 0 else int(q.pos.amax(dim=1).min()) + 1 if readable(q.pos) else prefix
-    if held < prefix:
+    if (q.start == 0 and q.n >= prefix) or not readable(q.pos):
+        return
+    wanted = torch.arange(prefix, device=q.pos.device)
+    held = (q.pos[:, :, None] == wanted).any(dim=1)  # (b, prefix): each row holds each?
+    if not bool(held.all()):
+        row = int((~held).any(dim=1).nonzero()[0, 0])
+        missing = wanted[~held[row]].tolist()
         raise ValueError(
             f"mask {rule!r} lets its first {prefix} positions see each other: "
             f"the first call with a cache must hold that whole prefix in every "
-            f"row; a row holds positions up to {held - 1}"
+            f"row; row {row} lacks positions {missing[:8]}"
         )
 
 
