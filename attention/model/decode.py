@@ -54,6 +54,7 @@ from contextlib import ExitStack
 import torch
 from torch import Tensor
 
+from attention.checks import check_ids
 from attention.layer.cache import KVCache
 from attention.layer.multihead import MultiHeadAttention
 from attention.model.gpt import GPTModel
@@ -113,6 +114,7 @@ class StaticDecode:
             limit = model.context_length
             raise ValueError(f"the caches hold {first.length} tokens: a model with learned "
                              f"positions takes at most context_length={limit}")  # fmt: skip
+        self._check_token(token)
         self.token.copy_(token)
         if not self.graph_on:
             logits = self.step()  # each cache's update counts the token
@@ -129,6 +131,22 @@ class StaticDecode:
             logits = self._logits
         self.steps += 1
         return logits
+
+    def _check_token(self, token: object) -> None:
+        """`(batch_size, 1)` integer ids, each in the vocabulary (read where that costs no
+        wait for a device: on the CPU); `copy_` would broadcast a `(1, 1)` to every row and
+        truncate float ids silently."""
+        want = tuple(self.token.shape)
+        if not (isinstance(token, Tensor) and tuple(token.shape) == want
+                and not token.is_floating_point() and not token.is_complex()
+                and token.dtype != torch.bool):  # fmt: skip
+            got = (f"{token.dtype} {tuple(token.shape)}" if isinstance(token, Tensor)
+                   else type(token).__name__)  # fmt: skip
+            raise ValueError(f"token must be integer ids of shape (batch_size, 1) = {want}, "
+                             f"one per row, got {got}")  # fmt: skip
+        embedding = getattr(self.model, "tok_emb", None)
+        if token.device.type == "cpu" and isinstance(embedding, torch.nn.Embedding):
+            check_ids(token, "token", embedding.num_embeddings)
 
     def _warm_up(self) -> Tensor:
         side = torch.cuda.Stream()

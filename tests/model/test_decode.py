@@ -243,3 +243,24 @@ def test_on_cuda_the_step_is_recorded_once_and_replayed() -> None:
         assert decoder._graph is not None  # the first step warmed up, the second recorded
         want = model(ids)[0, 4:]
     assert_close(torch.cat(logits), want, atol=1e-4, rtol=1e-4)
+
+
+def test_a_token_that_does_not_fit_is_refused_before_any_cache_moves() -> None:
+    model = gpt()
+    caches = model.init_caches(2, 12)
+    with torch.no_grad():
+        model.logits(torch.zeros(2, 5, dtype=torch.long), caches)
+        decoder = StaticDecode(model, caches, graph=False)
+        for token, words in (
+            (
+                torch.zeros(1, 1, dtype=torch.long),
+                r"\(batch_size, 1\) = \(2, 1\), one per row, "
+                r"got torch.int64 \(1, 1\)",
+            ),  # broadcast
+            (torch.zeros(2), r"got torch.float32 \(2,\)"),
+            (torch.full((2, 1), 0.7), r"got torch.float32 \(2, 1\)"),  # truncated to 0
+            (torch.full((2, 1), VOCAB), rf"token must be in 0 .. {VOCAB - 1}"),
+        ):
+            with pytest.raises(ValueError, match=words):
+                decoder(token)
+    assert all(cache.length == 5 for cache in caches)
