@@ -324,7 +324,10 @@ def generate(
     same tokens (greedy) or the same distribution (sampled). A model with RoPE and a window
     in every block ([`unbounded`][attention.model.gpt.GPTModel.unbounded]) instead goes on past
     `context_length` in constant memory (ring buffers of the window, positions counting on),
-    unless `context_size` is smaller.
+    unless `context_size` is smaller. Without the cache such a model is given the last
+    `context_size` tokens from position 0, as any other: past `context_length`, a model
+    whose blocks keep sinks then writes other tokens than with the cache (its sinks are the
+    cropped text's first tokens, not the sequence's); with windows alone, the same.
 
     Each step runs in eval mode (no dropout); between steps, every module has its own mode
     back.
