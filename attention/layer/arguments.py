@@ -210,6 +210,9 @@ def check_cache(
     """
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache (from init_cache), got {type(cache).__name__}")
+    if cache.spoiled is not None:
+        raise ValueError(f"cache: {cache.spoiled}, so it holds part of that call; reset() it "
+                         "(or make a new one) before using it again")  # fmt: skip
     rule = layer.rule
     if rule.bounds.prefix is None:
         raise ValueError(

@@ -142,6 +142,8 @@ class KVCache:
         self.contiguous = True
         self.full = False  # inside static_steps: return every slot
         self.layout: tuple[object, ...] | None = None  # set by the layer that made it
+        self.spoiled: str | None = None  # why a call left it half-done (`spoil`)
+        self._layout: tuple[object, ...] | None = None  # `layout`, while spoiled
 
     @property
     def batch_size(self) -> int:
@@ -158,13 +160,23 @@ class KVCache:
         return (self.keys.numel() + self.values.numel()) * self.keys.element_size()
 
     def reset(self) -> None:
-        """Forget every token (the memory stays allocated)."""
+        """Forget every token (the memory stays allocated); a spoiled cache is usable again."""
+        if self.spoiled is not None:
+            self.layout, self.spoiled = self._layout, None
         self.length, self.contiguous, self._docs = 0, True, None
         self._k, self._v = self._k.detach(), self._v.detach()  # drop old graphs
         self._pos.fill_(-1)
         self._view()
         self.next.zero_()
         self.filled.zero_()
+
+    def spoil(self, reason: str) -> None:
+        """Mark the cache unusable until `reset`: a call raised after it took its chunk (a mask
+        that failed at the new positions, say), so it holds a chunk no output was made for;
+        its next use raises `reason` instead of reading that chunk twice."""
+        if self.spoiled is None:
+            self._layout, self.layout = self.layout, None  # the layers' fast check fails
+        self.spoiled = reason
 
     @contextmanager
     def static_steps(self) -> Iterator[KVCache]:

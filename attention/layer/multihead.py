@@ -445,10 +445,17 @@ class MultiHeadAttention(Specified, nn.Module):
         use_flex = x.device.type in flex.ON and flex.usable(
             x.device, dropout_p, self.sink_logits is not None
         )
-        chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
-                           flex=use_flex)  # fmt: skip
-        self._trace[0] = chosen  # what ran: the plan is the one printed
-        context_vec, attn_weights = run(chosen, queries_, keys, values, spec.mask, q, k, options)
+        try:
+            chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
+                               flex=use_flex)  # fmt: skip
+            self._trace[0] = chosen  # what ran: the plan is the one printed
+            context_vec, attn_weights = run(chosen, queries_, keys, values, spec.mask, q, k,
+                                            options)  # fmt: skip
+        except Exception as error:  # the cache took the chunk: never read it as if it ran
+            if cache is not None:
+                cache.spoil(f"a call raised {type(error).__name__} after the cache took its "
+                            f"chunk of {num_tokens} tokens")  # fmt: skip
+            raise
         attn_weights = attn_weights if need_weights else None
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
         context_vec = context_vec.transpose(1, 2).reshape(b, num_tokens, self.d_out)

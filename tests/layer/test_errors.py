@@ -420,3 +420,21 @@ def test_a_spec_is_swapped_whole_and_a_stale_cache_is_refused() -> None:
     assert mha.spec.explicit_only and mha(torch.randn(1, 3, 8), cache=ring).shape == (1, 3, 8)
     with pytest.raises(ValueError, match=r"num_heads shapes the layer's parameters"):
         mha.spec = dataclasses.replace(mha.spec, num_heads=4)
+
+
+def test_a_call_that_fails_after_the_cache_took_its_chunk_spoils_it_until_reset() -> None:
+    from attention.layer.masks import causal, documents
+
+    ids = torch.tensor([[0, 0, 1, 1]])  # documents of 4 positions: the 5th reads past them
+    mha = MultiHeadAttention(8, 8, 16, 0.0, num_heads=2, mask=causal() & documents(ids)).eval()
+    cache = mha.init_cache(1, 16)
+    x = torch.randn(1, 5, 8)
+    first = mha(x[:, :4], cache=cache)
+    with pytest.raises(TypeError, match=r"mask 'causal\(\) & documents\(ids\)' failed"):
+        mha(x[:, 4:], cache=cache)
+    assert cache.length == 5  # it took the chunk before the mask failed at position 4
+    with pytest.raises(ValueError, match=r"cache: a call raised TypeError after the cache took "
+                                         r"its chunk of 1 tokens, .* reset\(\) it"):  # fmt: skip
+        mha(x[:, 4:], cache=cache)  # not read twice
+    cache.reset()
+    assert torch.equal(mha(x[:, :4], cache=cache), first) and cache.length == 4
