@@ -3,7 +3,7 @@ r"""Masks as functions: which keys a query may see, written once as FlexAttentio
 A mask is a function of four broadcast tensors, FlexAttention's `mask_mod`:
 $\operatorname{mask}(b, h, i, j)$ is True where query $i$ of row $b$, in head $h$, may see
 key $j$, with $i$ and $j$ the tokens' **positions** (counted from 0 in their row, padding excluded, so
-a padded row sees what it would alone). The built-ins combine with `&` and `|`:
+a padded row sees what it would alone). The built-ins combine with `&`, `|` and `~`:
 
 | mask | visible when | FlexAttention / attention-gym |
 | --- | --- | --- |
@@ -201,6 +201,13 @@ class Mask:
         right = as_mask(other, "the right side of |")
         return self._join(right, "|", _either, self.bounds.either(right.bounds))
 
+    def __invert__(self) -> Mask:
+        """Not: `~fn(...)`. Nothing is certain about it (no bounds are derived for a
+        negation), so no tile is skipped or taken whole on its account; under `&` with a
+        mask that has bounds (`causal() & ~window(2)`), that mask's still hold."""
+        name = f"~({self.name})" if isinstance(self.key, tuple) else f"~{self.name}"
+        return Mask(partial(_not, self.fn), name, Bounds(), ("~", self.key))
+
     def _join(self, right: Mask, op: str, fn: Callable[..., Tensor], bounds: Bounds) -> Mask:
         """One combination: its function, its name, its bounds, and a key to compare by."""
         looser = "|" if op == "&" else None  # `|` under `&` needs brackets, not the reverse
@@ -234,6 +241,10 @@ class Mask:
 
 # The built-ins' functions live at module level (bound by `partial`), so a layer that holds
 # them pickles, and a model trains in another process.
+
+
+def _not(fn: MaskMod, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
+    return ~fn(b, h, q, kv)
 
 
 def _both(fn_a: MaskMod, fn_b: MaskMod, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:

@@ -49,6 +49,7 @@ MASKS = {
     "causal & gym window": lambda: causal() & generate_sliding_window(2),
     "gym prefix-LM": lambda: Mask(generate_prefix_lm_mask(3)),
     "checkerboard": lambda: causal() & Mask(lambda b, h, q, kv: (q + kv + h) % 3 != 1),
+    "causal & not window": lambda: causal() & ~window(2),  # a negation: no bounds of its own
 }
 MODS = {
     "none": lambda: [],
@@ -288,3 +289,13 @@ def test_a_padded_prefill_into_a_cache_builds_no_t_by_t_mask() -> None:
     with torch.no_grad(), sdpa_calls() as calls:
         mha(torch.randn(2, 512, 16), pad, cache=mha.init_cache(2))
     assert all(call.mask_shape is None or call.mask_shape[-1] <= 64 + 16 for call in calls)
+
+
+def test_a_negation_is_the_complement_and_certain_of_nothing() -> None:
+    q, k = torch.arange(5), torch.arange(5)
+    for rule in (window(2), causal() | sinks(1), Mask(lambda b, h, qi, kv: (qi + kv) % 2 == 0)):
+        assert torch.equal((~rule).grid(q, k), ~rule.grid(q, k))
+        assert (~rule).bounds == Bounds()  # nothing certain: no tile skipped on its account
+    assert str(causal() & ~window(2)) == "causal() & ~window(2)"
+    assert str(~(causal() | window(2))) == "~(causal() | window(2))"
+    assert ~window(2) == ~window(2) and ~window(2) != window(2)
