@@ -354,6 +354,9 @@ def attention_to_llama(att: MultiHeadAttention) -> dict[str, Tensor]:
     `q_proj`, `k_proj`, `v_proj`, `o_proj` weights, and their biases when `att` has
     `qkv_bias` (Hugging Face's `attention_bias`, which gives all four a bias). Fresh tensors;
     [`llama_attention_config`][attention.model.llama.llama_attention_config] gives the config.
+    The rows are in Llama's RoPE layout (the two halves of each head rotated together), the
+    layout the package keeps: a layer loaded from a family that rotates interleaved pairs
+    (Helium, say) comes back in Llama's layout, for a Llama config, not in its own.
 
     Raises:
         TypeError: `att` is not a `MultiHeadAttention`.
