@@ -44,6 +44,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -52,16 +53,18 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from attention.checks import check_ids, check_positive, check_size, check_tensor
+from attention.checks import check_ids, check_input, check_positive, check_size, check_tensor
 from attention.derivation.core import causal_mask
 from attention.derivation.text import gpt2_encoding, sample_text
 from attention.lab.threads import torch_threads
+from attention.layer.multihead import MultiHeadAttention
 from attention.model.gpt import GPTModel, TransformerBlock
 
 __all__ = [
     "InductionRun",
     "ablate_head",
     "induction_score",
+    "layer_scores",
     "model_scores",
     "model_weights",
     "previous_token_score",
@@ -76,14 +79,33 @@ def _blocks(model: GPTModel) -> list[TransformerBlock]:
     return model.blocks
 
 
+def layer_scores(att: MultiHeadAttention, x: Tensor) -> Tensor:
+    r"""Every query head's scores $Q K^\top$ times the scale ($1 / \sqrt{d_h}$), unmasked:
+    the same projection and rotation as the forward
+    ([`project`][attention.layer.multihead.MultiHeadAttention.project]).
+
+    Args:
+        att: the layer.
+        x: its input, `(batch, num_tokens, d_in)`.
+
+    Returns:
+        `(batch, num_heads, num_tokens, num_tokens)`.
+    """
+    check_input(x, att.d_in, att.context_length, batched=True, like=att.W_query.weight)
+    queries, keys, _ = att.project(x)  # (b, h, T, d_h), (b, h_kv, T, d_h)
+    keys = keys.repeat_interleave(att.num_heads // att.num_kv_heads, dim=1)  # (b, h, T, d_h)
+    scale = 1 / math.sqrt(att.head_dim) if att.scale is None else att.scale
+    return queries @ keys.transpose(-2, -1) * scale  # (b, h, T, T)
+
+
 def model_scores(model: GPTModel, idx: Tensor, document_ids: Tensor | None = None) -> Tensor:
     r"""The scaled scores $S = QK^\top/\sqrt{d_h}$ of every layer and head, before any mask.
 
     Runs `model` on `idx` once (no gradients), keeps the input each block's attention
     received (a pre-hook on the attention module: the model calls it in every block), and
     asks that attention for its scores
-    ([`MultiHeadAttention.scores`][attention.layer.multihead.MultiHeadAttention.scores]: the
-    forward's own projection and rotation).
+    ([`layer_scores`][attention.lab.heads.layer_scores]: the forward's own projection and
+    rotation).
 
     Args:
         model: a `GPTModel` (any configuration: grouped heads, RoPE, window).
@@ -113,7 +135,7 @@ def model_scores(model: GPTModel, idx: Tensor, document_ids: Tensor | None = Non
     try:
         with torch.no_grad():
             model(idx, document_ids=document_ids)
-            scores = [block.att.scores(x) for block, x in zip(blocks, inputs, strict=True)]
+            scores = [layer_scores(block.att, x) for block, x in zip(blocks, inputs, strict=True)]
     finally:
         for hook in hooks:
             hook.remove()

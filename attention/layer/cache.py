@@ -170,13 +170,14 @@ class KVCache:
         self.next.zero_()
         self.filled.zero_()
 
-    def spoil(self, reason: str) -> None:
-        """Mark the cache unusable until `reset`: a call raised after it took its chunk (a mask
-        that failed at the new positions, say), so it holds a chunk no output was made for;
-        its next use raises `reason` instead of reading that chunk twice."""
+    def spoil(self, error: BaseException, num_tokens: int) -> None:
+        """Mark the cache unusable until `reset`: a call raised `error` after the cache took
+        its chunk of `num_tokens` (a mask that failed at the new positions, say), so it holds
+        a chunk no output was made for; its next use says so instead of reading it twice."""
         if self.spoiled is None:
             self._layout, self.layout = self.layout, None  # the layers' fast check fails
-        self.spoiled = reason
+        self.spoiled = (f"a call raised {type(error).__name__} after the cache took its chunk "
+                        f"of {num_tokens} tokens")  # fmt: skip
 
     @contextmanager
     def static_steps(self) -> Iterator[KVCache]:

@@ -11,7 +11,6 @@ runs one `CausalAttention` per head. This module stacks the $h$ per-head matrice
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, overload
 
@@ -343,9 +342,8 @@ class MultiHeadAttention(Specified, nn.Module):
             positions: each token's position `(batch, num_tokens)`, non-negative ints, read
                 by RoPE, the mask, the score modifiers and the cache alike (offsets, gaps,
                 any order where the mask allows); default: each row's real tokens counted
-                after the cache's. With a cache, a later call must hold no key that an
-                earlier call's query sees (under a causal mask, each row's positions grow from
-                call to call); a ring cache refuses positions that do not grow.
+                after the cache's. With a cache, no later call may hold a key an earlier
+                query sees (causal: positions grow; a ring cache checks it).
             angles: RoPE's `(cos, sin)` at those positions, made once by a model for every
                 layer ([`RotaryTable.at`][attention.layer.positions.RotaryTable.at]); default: made
                 here.
@@ -393,8 +391,7 @@ class MultiHeadAttention(Specified, nn.Module):
             and type(angles[0]) is Tensor and type(angles[1]) is Tensor
             and angles[0].shape == angles[1].shape
             and angles[0].shape[-2:] == (num_tokens, self.rotary.dim)
-            and (angles[0].ndim == 2 or (angles[0].ndim == 4 and angles[0].shape[1] == 1
-                                         and angles[0].shape[0] in (1, b)))
+            and angles[0].shape[:-2] in ((), (1, 1), (b, 1))
         ):  # fmt: skip
             arguments.check_angles(angles, num_tokens, self.rotary.dim if self.rotary else
                                    self.head_dim, self.rope, b)  # fmt: skip
@@ -453,8 +450,7 @@ class MultiHeadAttention(Specified, nn.Module):
                                             options)  # fmt: skip
         except Exception as error:  # the cache took the chunk: never read it as if it ran
             if cache is not None:
-                cache.spoil(f"a call raised {type(error).__name__} after the cache took its "
-                            f"chunk of {num_tokens} tokens")  # fmt: skip
+                cache.spoil(error, num_tokens)
             raise
         attn_weights = attn_weights if need_weights else None
         # merge heads: (b, h, T, d_h) -> (b, T, h, d_h) -> (b, T, d_out)
@@ -496,24 +492,6 @@ class MultiHeadAttention(Specified, nn.Module):
                                         x.dtype)  # fmt: skip
             queries_, keys = rotate_with(queries_, angles), rotate_with(keys, angles)
         return queries_, keys, values
-
-    def scores(self, x: Tensor) -> Tensor:
-        r"""Every query head's scores $Q K^\top$ times the scale ($1 / \sqrt{d_h}$), unmasked.
-
-        What [`attention.lab.heads`][attention.lab.heads] and the explorer read: the same projection
-        and rotation as the forward.
-
-        Args:
-            x: `(batch, num_tokens, d_in)`.
-
-        Returns:
-            `(batch, num_heads, num_tokens, num_tokens)`.
-        """
-        check_input(x, self.d_in, self.context_length, batched=True, like=self.W_query.weight)
-        queries_, keys, _ = self.project(x)  # (b, h, T, d_h), (b, h_kv, T, d_h)
-        keys = keys.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)  # (b, h, T, d_h)
-        scale = 1 / math.sqrt(self.head_dim) if self.scale is None else self.scale
-        return queries_ @ keys.transpose(-2, -1) * scale  # (b, h, T, T)
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttention:
