@@ -394,11 +394,16 @@ class MultiHeadLatentAttention(Specified, nn.Module):
             if not own:  # (b, 1, S, d_R), (b, 1, S, r), and their positions
                 k_rope, latent, k = stored_k_rope, stored_latent, stored
         options = self._new_options(self.dropout.p if self.training else 0.0)
-        chosen = plan_call(rule, q, k, options, own=own, need_weights=need_weights)
-        self._trace[0] = chosen
-        form = self._absorbed if self.absorb else self._naive
-        queries_, keys, values = form(q_nope, q_rope, latent, k_rope)
-        context_vec, weights = run(chosen, queries_, keys, values, rule, q, k, options)
+        try:
+            chosen = plan_call(rule, q, k, options, own=own, need_weights=need_weights)
+            self._trace[0] = chosen
+            form = self._absorbed if self.absorb else self._naive
+            queries_, keys, values = form(q_nope, q_rope, latent, k_rope)
+            context_vec, weights = run(chosen, queries_, keys, values, rule, q, k, options)
+        except Exception as error:  # as MultiHeadAttention: the cache took the chunk
+            if cache is not None:
+                cache.spoil(error, num_tokens)
+            raise
         if self.absorb:  # W_UV sum_s a_s c_s = sum_s a_s W_UV c_s: (b, h, T, r) -> (b, h, T, d_V)
             context_vec = torch.einsum("bhtr,hvr->bhtv", context_vec, self.up_projections()[1])
         # merge heads: (b, h, T, d_V) -> (b, T, h d_V)

@@ -362,3 +362,18 @@ def test_an_empty_batch_or_chunk_gives_empty_outputs() -> None:
         out, weights = layer(inputs(batch, num_tokens), need_weights=True)
         assert out.shape == (batch, num_tokens, D_IN)
         assert weights.shape == (batch, H, num_tokens, num_tokens)
+
+
+def test_a_call_that_fails_after_the_cache_took_its_chunk_spoils_it() -> None:
+    ids = torch.tensor([[0, 0, 1, 1]])  # documents of 4 positions: the 5th reads past them
+    layer = mla(mask=causal() & documents(ids))
+    cache = layer.init_cache(2, 16)
+    x = inputs(2, 5)
+    layer(x[:, :4], cache=cache)
+    with pytest.raises(TypeError, match=r"failed on"):
+        layer(x[:, 4:], cache=cache)
+    with pytest.raises(ValueError, match=r"cache: a call raised TypeError after the cache took "
+                                         r"its chunk of 1 tokens"):  # fmt: skip
+        layer(x[:, 4:], cache=cache)
+    cache.reset()
+    assert layer(x[:, :4], cache=cache).shape == (2, 4, D_IN) and cache.length == 4
