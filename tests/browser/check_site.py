@@ -23,7 +23,8 @@ playwright (never `playwright install`: no browser download). For every HTML pag
 
 On the home page it also types "causal" into the search box and expects results. It saves a
 full-page screenshot of every page (light) and of the home and API pages (dark) to the
-screenshot directory, outside the repository.
+screenshot directory, outside the repository (the first screen only, once Chromium's capture
+of a whole page has stalled: `photograph`).
 """
 
 from __future__ import annotations
@@ -254,9 +255,36 @@ def check_page(context, base: str, path: str, scheme: str, shots: Path) -> PageR
         check_search(page, result)
 
     name = re.sub(r"[^\w]+", "_", path.strip("/")) or "home"
-    page.screenshot(path=str(shots / f"{name}-{scheme}.png"), full_page=True)
+    photograph(page, shots / f"{name}-{scheme}.png", result)
     page.close()
     return result
+
+
+FULL_PAGE_SHOTS = True  # until a full-page capture times out
+
+
+def photograph(page, file: Path, result: PageResult) -> None:
+    """Save the whole page as a PNG for a person to look at; the picture checks nothing.
+
+    Chromium's full-page capture of a tall page can stall on a slow machine (it took 3.3 s
+    for the 26,000 px Performance page on the 2-core Intel Xeon, and over 30 s once in CI),
+    so a capture that does not finish in a minute falls back to the first screen (for this page
+    and the pages after it: the check must end), and one that still fails is a note, not a
+    failure."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    global FULL_PAGE_SHOTS
+    if FULL_PAGE_SHOTS:
+        try:
+            page.screenshot(path=str(file), full_page=True, timeout=60_000)
+            return
+        except PlaywrightTimeout:
+            FULL_PAGE_SHOTS = False
+            result.notes.append("full-page screenshot timed out: first screens from here on")
+    try:
+        page.screenshot(path=str(file), timeout=30_000)
+    except PlaywrightTimeout:
+        result.notes.append("no screenshot (timed out)")
 
 
 def check_search(page, result: PageResult) -> None:
@@ -333,6 +361,7 @@ def main() -> int:
             for path in paths:
                 if scheme == "dark" and path not in DARK_TOO:
                     continue
+                print(f"checking /{path} [{scheme}]", file=sys.stderr, flush=True)
                 results.append(check_page(context, base, path, scheme, args.screenshots))
             context.close()
         browser.close()
