@@ -485,3 +485,27 @@ def test_figures_and_sources_are_set_aside_for_the_search_index_and_put_back_unc
     written = f"<html>{page.content}</html>"  # the theme's page around the content
     assert build.on_post_page(written, page, None) == f"<html>{content}</html>"  # type: ignore[arg-type]
     assert build.on_post_page("<html></html>", page, None) == "<html></html>"  # type: ignore[arg-type]
+
+
+@pytest.mark.slow(seconds=4)
+def test_each_notebook_finds_a_fresh_kernel_in_the_shared_one(tmp_path: Path) -> None:
+    """The notebooks share one kernel and one client (docs/hooks/notebooks.py): a notebook
+    finds none of the names, defaults or grad mode the one before it left, and a notebook
+    whose cell raises fails the build."""
+    first, second, failing = (tmp_path / f"{name}.py" for name in ("first", "second", "failing"))
+    first.write_text("# %%\nimport torch\nleftover = 1\ntorch.set_default_dtype(torch.float64)\n"
+                     "torch.set_grad_enabled(False)\n")  # fmt: skip
+    second.write_text("# %%\nimport torch\nprint('leftover' in dir(), torch.get_default_dtype(), "
+                      "torch.is_grad_enabled())\n")  # fmt: skip
+    failing.write_text("# %%\nraise ValueError('in the notebook')\n")
+    import nbformat
+
+    try:
+        for source in (first, second):
+            notebooks.execute(str(source), str(source.with_suffix(".ipynb")), "pass")
+        with pytest.raises(Exception, match="in the notebook"):
+            notebooks.execute(str(failing), str(failing.with_suffix(".ipynb")), "pass")
+    finally:
+        notebooks._stop_kernel()
+    cell = nbformat.read(second.with_suffix(".ipynb"), as_version=4).cells[-1]
+    assert cell.outputs[0]["text"] == "False torch.float32 True\n"
