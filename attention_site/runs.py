@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from attention_site.stored import location, read_back, storable, stored
 
-__all__ = ["from_disk", "in_turn", "once", "prefetch", "waiting"]
+__all__ = ["answered_elsewhere", "from_disk", "in_turn", "once", "prefetch", "waiting"]
 
 R = TypeVar("R")
 _runs: dict[tuple[Any, ...], Any] = {}  # _key(function, arguments) -> result, or its Future
@@ -136,6 +136,25 @@ def from_disk() -> list[str]:
     names = list(dict.fromkeys(_shown))
     _shown.clear()
     return names
+
+
+def answered_elsewhere(needed: list[tuple[Callable[..., Any], dict[str, Any]]],
+                       shown: list[str]) -> None:  # fmt: skip
+    """A page's runs were read in another process, where its blocks ran
+    ([`attention_site.ahead`][attention_site.ahead]): those stored on disk are no longer
+    [`waiting`][attention_site.runs.waiting] here (a later `once` call reads them from disk
+    again), and `shown`, what that process's [`from_disk`][attention_site.runs.from_disk]
+    returned, is what this one's returns next, for the page's footer.
+
+    Args:
+        needed: the page's runs, `(function, arguments)` each.
+        shown: the functions (`module.name`) the other process read from disk for the page.
+    """
+    for function, kwargs in needed:
+        key = _key(function, kwargs)
+        if _runs.get(key) is _ON_DISK:
+            del _runs[key]
+    _shown.extend(shown)
 
 
 def waiting() -> list[str]:

@@ -1,9 +1,10 @@
 """MkDocs hook: write each attention explorer's weights file, and check the browser's forward.
 
 A page that calls `attention_site.explorer.explorer_html` leaves its model's float32 weights, the
-model and the sequences to check in `attention_site.explorer.published()`. Once every page has
-run its code, while the build writes the pages' HTML, this hook writes each file where the
-page's explorer fetches it, then runs
+model and the sequences to check in `attention_site.explorer.published()`. Once the page is
+converted, this hook writes each file where the page's explorer fetches it, then, on the
+second core in its turn (`attention_site.runs.in_turn`: after the notebooks and the pages
+that run ahead, before the Performance page, which waits for every turn), runs
 `docs/javascripts/model.js` (the forward the reader's browser runs) in headless Chromium on
 those sequences and fails the build unless every logit and weight is within
 `attention_site.explorer.TOLERANCE` of PyTorch's float32 answer and
@@ -21,8 +22,10 @@ import functools
 import http.server
 import logging
 import os
+import shutil
+import tempfile
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -97,7 +100,7 @@ def _serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-def _check(site: Path, entries: list[Any]) -> None:
+def _check(site: Path, entries: list[Any], model_js: Path) -> None:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
@@ -113,8 +116,8 @@ def _check(site: Path, entries: list[Any]) -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=args)
             page = browser.new_page()
-            page.goto(base + "javascripts/model.js")  # the site's origin, to fetch from it
-            page.add_script_tag(path=str(site / "javascripts" / "model.js"))
+            page.goto(base)  # the served folder's origin, to fetch from it
+            page.add_script_tag(path=str(model_js))
             for entry in entries:
                 errors = page.evaluate(CHECK_JS, {"url": base + entry.path, "meta": entry.meta,
                                                   "cases": _cases(entry)})  # fmt: skip
@@ -144,44 +147,54 @@ def _judge(entry: Any, errors: list[list[float]]) -> None:
         )
 
 
-def publish(site: Path) -> int:
-    """The explorers' weights the pages published, written into `site` and checked in
-    Chromium against PyTorch; how many."""
+def publish(site: Path, model_js: Path) -> Future[None] | None:
+    """Write the explorers' weights the pages published into `site`, and start checking them
+    in Chromium against PyTorch, in turn (None: nothing was published). The check serves
+    its own copy of the weights and reads `model_js` where it is (the site's
+    `javascripts/model.js` may not be written yet)."""
     from attention_site.explorer import published
+    from attention_site.runs import in_turn
 
     entries = list(published())
     published().clear()
+    if not entries:
+        return None
     for entry in entries:
         target = site / entry.path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(entry.data)
-    if entries:
-        _check(site, entries)
-    return len(entries)
+    return in_turn().submit(_check_copy, entries, model_js)
 
 
-_checks: list[Future[int]] = []
-"""The check started beside the build's second pass (writing each page's HTML), whose work is
-on the other core: Chromium and its driver are processes of their own."""
+def _check_copy(entries: list[Any], model_js: Path) -> None:
+    served = Path(tempfile.mkdtemp(prefix="attention-explorer-"))
+    try:
+        (served / "index.html").write_text("<!doctype html><title>explorer check</title>")
+        for entry in entries:
+            (served / entry.path).parent.mkdir(parents=True, exist_ok=True)
+            (served / entry.path).write_bytes(entry.data)
+        _check(served, entries, model_js)
+    finally:
+        shutil.rmtree(served, ignore_errors=True)
+
+
+_checks: list[Future[None]] = []
+"""The checks started, one per page with explorers: on the second core, in turn."""
 
 
 def on_pre_build(config: MkDocsConfig) -> None:
-    _checks.clear()  # a build that failed left its check behind (mkdocs serve builds again)
+    _checks.clear()  # a build that failed left its checks behind (mkdocs serve builds again)
 
 
-def on_page_context(context: Any, page: Any, config: MkDocsConfig, nav: Any) -> Any:
-    """Start the check at the second pass's first page: every page has run its code (the
-    Performance page, which times it, included), and the theme's files are in the site."""
-    if not _checks:
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="explorer-check")
-        _checks.append(pool.submit(publish, Path(config.site_dir)))
-        pool.shutdown(wait=False)  # its thread ends with the check
-    return context
+def on_page_content(html: str, page: Any, config: MkDocsConfig, files: Any) -> str:
+    """Publish what the page's explorers left, and start their check."""
+    check = publish(Path(config.site_dir), Path(config.docs_dir) / "javascripts" / "model.js")
+    if check is not None:
+        _checks.append(check)
+    return html
 
 
 def on_post_build(config: MkDocsConfig) -> None:
-    """Wait for the check (or run it, where no page was written); fail the build if it failed."""
-    if _checks:
-        _checks.pop().result()  # raises what the check raised
-    else:
-        publish(Path(config.site_dir))
+    """Wait for the checks; fail the build if one failed."""
+    while _checks:
+        _checks.pop(0).result()  # raises what the check raised

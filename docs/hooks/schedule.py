@@ -13,7 +13,9 @@
   which train chapter 16's) is read instead, not started. A run no page asked for is a build
   error: this list and the pages' calls must agree.
 - The pages are built in an order that lets that work finish: the pages that wait for a run
-  after the other chapters, and the Performance page, which times code, after those.
+  after the other chapters, then the notebooks' pages, then the pages whose blocks ran ahead
+  in a worker (`AHEAD`, `attention_site.ahead`), and the Performance page, which times code,
+  last.
 - Two workers, not one: a run starts as soon as either is free, not behind every run before
   it, so the last page that waits has its runs sooner (a whole build, one after the other on
   2 cores, 2026-11-27: 55.6 s with one worker, 52.2 s with two).
@@ -22,14 +24,18 @@
   machine has CPUs: a thread more would spin waiting for a core they hold (measured in
   docs/maintainers.md, Build time).
   The Performance page gets every CPU, as the benchmark run it compares with did.
+- CPython's cycle collector, kept in step with a build that holds about a million objects
+  (`GC_THRESHOLDS`, `on_shutdown`).
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import ExitStack
 from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
@@ -38,6 +44,27 @@ from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
 
 _workers: list[ProcessPoolExecutor] = []
+_ahead: dict[str, Future[Any]] = {}  # page -> its blocks run ahead (attention_site.ahead)
+_replays = ExitStack()  # the page being replayed, until its content is converted
+
+
+GC_THRESHOLDS = (50_000, 20, 100)
+"""The cycle collector's thresholds for the build (CPython's are 700, 10, 10). The build keeps
+about a million objects alive (the pages' sessions, the API's object tree, the plugins), and
+with the defaults a full collection walked them all 16 times, 7.3 s of an 80 s build on the
+2-core Intel Xeon (2026-11-29, `gc.callbacks`); with these the collector took 2.0-2.6 s and
+no full collection ran."""
+
+
+def on_startup(command: str, dirty: bool) -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+def on_shutdown() -> None:
+    """Leave the objects to the operating system: the collection CPython makes as it exits
+    walked all of them again, 5 s after `Documentation built in` (py-spy); once frozen, it
+    does not look at them, and the process ended 0.9 s after it."""
+    gc.freeze()
 
 
 def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
@@ -74,18 +101,37 @@ IN_TURN = {"chapter_results"}
 the pages took a core from the pages for about 20 s (2026-11-29: each rank about 0.4 of a
 core from 15 to 35 s into the build); after the notebooks, the second core is idle."""
 
+AHEAD = ("generation.md", "transformer.md")
+"""The pages whose code blocks run ahead in a worker (`attention_site.ahead`) and are replayed
+when the build reaches them: chapter 15's 124M-parameter GPT and chapter 13's comparisons with
+transformers' modules, 13.7 and 4-5 s of the pages' one core (2026-11-29, 2-core Intel Xeon).
+On two cores they wait their turn behind the notebooks and chapter 19's run (`IN_TURN`), when
+the second core is otherwise idle, and the build does them after the notebooks' pages, before
+the Performance page. Run from the start beside the notebooks, chapter 15 only competed with
+the kernel for the second core and saved nothing (70.8 and 63.9 s against 70.6 and 65.5 s).
+A page runs ahead only where every training it reads is stored on disk already; otherwise it
+waits for them in the build."""
+
+NOTEBOOKS = "exercises/"
+"""The exercise notebooks' pages, built after the pages that wait for a run and before those
+that ran ahead: their kernel is done by then, and the second core has time to finish what
+runs ahead (2026-11-29: the build waited 9 s for chapter 15 with the notebooks after the
+Performance page)."""
+
 MEASURES = "performance.md"
 """The page that times code: built last, when the notebooks and the runs are done."""
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """Start the runs; the pages that wait for them go after the other chapters, and the page
-    that measures after those."""
+    """Start the runs and the pages that run ahead; order the pages (`NOTEBOOKS`)."""
     import torch
 
+    from attention_site.ahead import execute
     from attention_site.runs import in_turn, prefetch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) - 1))
+    _replays.close()  # a page left replaying by a failed build (mkdocs serve)
+    threads = max(1, (os.cpu_count() or 1) - 1)
+    torch.set_num_threads(threads)
     pages = runs()
     spawn = multiprocessing.get_context("spawn")
     worker = ProcessPoolExecutor(max_workers=2, mp_context=spawn)  # each trains on one thread
@@ -96,28 +142,55 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     for needed in pages.values():
         for function, kwargs in needed:
             prefetch(later if function.__name__ in IN_TURN else worker, function, **kwargs)
-    order = [*pages, MEASURES]
+    for page in AHEAD:
+        if all(is_stored(function, kwargs) for function, kwargs in pages.get(page, [])):
+            _ahead[page] = later.submit(execute, page, config.config_file_path, threads)
+    order = [*(page for page in pages if page not in _ahead), NOTEBOOKS, *_ahead, MEASURES]
 
-    def rank(file: Any) -> int:  # other chapters, these in order, then the notebooks
-        if file.src_uri in order:
-            return 1 + order.index(file.src_uri)
-        return len(order) + 1 if file.src_uri.startswith("exercises/") else 0
+    def rank(file: Any) -> int:  # other chapters, then these in order
+        if file.src_uri.startswith(NOTEBOOKS):
+            return 1 + order.index(NOTEBOOKS)
+        return 1 + order.index(file.src_uri) if file.src_uri in order else 0
 
     return Files(sorted(files, key=rank))
 
 
+def is_stored(function: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether the run `function(**kwargs)` is stored on disk, for a page to read."""
+    from attention_site.stored import location, storable
+
+    path = location(function, kwargs) if storable(function, kwargs) else None
+    return path is not None and path.exists()
+
+
 def on_pre_page(page: Page, config: MkDocsConfig, files: Files) -> Page:
-    """Every CPU for the page that measures: the work on the last core is done by then."""
+    """Every CPU for the page that measures: the work on the last core is done by then. A page
+    whose blocks ran ahead replays them."""
     import torch
 
+    from attention_site.ahead import replaying
+    from attention_site.runs import answered_elsewhere, in_turn
+
+    if page.file.src_uri in _ahead:
+        ahead = _ahead.pop(page.file.src_uri).result()
+        if ahead is not None:  # else a block failed there: the page runs here, as usual
+            answered_elsewhere(runs().get(page.file.src_uri, []), ahead.from_disk)
+            _replays.enter_context(replaying(page.file.src_uri, ahead))
     if page.file.src_uri == MEASURES:
+        in_turn().submit(int).result()  # every job in turn is done: the second core is free
         torch.set_num_threads(os.cpu_count() or 1)
     return page
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    _replays.close()  # every block that ran ahead was asked for, or an error
+    return html
 
 
 def on_post_build(config: MkDocsConfig) -> None:
     from attention_site.runs import waiting
 
+    _ahead.clear()
     while _workers:
         _workers.pop().shutdown()
     unused = waiting()

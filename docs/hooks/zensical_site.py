@@ -223,7 +223,12 @@ def main(site: Path) -> None:
     shutil.rmtree(site, ignore_errors=True)
     shutil.move(STAGE / "site", site)
     stamp_pages(site, docs, default, package, runs)
-    count = explorer.publish(site.resolve())  # the explorers' weights, checked in Chromium
+    from attention_site.explorer import published
+
+    count = len(published())
+    check = explorer.publish(site.resolve(), ROOT / "docs" / "javascripts" / "model.js")
+    if check is not None:
+        check.result()  # the explorers' weights, checked in Chromium
     print(f"explorer: {count} models written and checked in Chromium", flush=True)
     pages = len(list(site.rglob("index.html")))
     print(

@@ -1,0 +1,126 @@
+"""attention_site.ahead: a page's blocks run in another process, then replayed by the build."""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import markdown
+import pytest
+from markdown_exec import formatter, validator
+
+from attention_site import ahead, runs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PAGE = """\
+# A page
+
+```python exec="1" session="ahead-test"
+import os
+pid = os.getpid()
+```
+
+!!! note
+    ```python exec="1" source="block" result="text" session="ahead-test"
+    print(6 * 7)
+    ```
+
+```python exec="1" html="1" session="ahead-test"
+print(f"<p data-pid='{pid}'>ran</p>")
+```
+"""
+
+
+def convert(text: str) -> str:
+    """`text` converted as the site converts a page: its extensions, markdown-exec's fences."""
+    fences = [{"name": "python", "class": "python", "validator": validator, "format": formatter}]
+    md = markdown.Markdown(
+        extensions=["admonition", "pymdownx.superfences"],
+        extension_configs={"pymdownx.superfences": {"custom_fences": fences}},
+    )
+    return md.convert(text)
+
+
+def uuids(html: str) -> str:
+    return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "U", html)
+
+
+def test_replayed_page_is_the_page_run_here_and_runs_nothing() -> None:
+    ran = ahead.execute_markdown(PAGE, str(ROOT / "mkdocs.yml"))  # the site's extensions
+    assert ran is not None
+    assert [session for session, _, _ in ran.blocks] == ["ahead-test"] * 3
+    assert ran.blocks[1][2] == "42\n"  # the block nested in the admonition ran too
+    with ahead.replaying("page.md", ran):
+        replayed = convert(PAGE)
+    here = convert(PAGE)  # run in this process
+    assert uuids(replayed) == uuids(here)  # the pid is this process's in both: same HTML
+
+
+def test_a_page_run_in_another_process_prints_that_process() -> None:
+    with ProcessPoolExecutor(1) as pool:  # what the build does (spawned, as in schedule.py)
+        ran = pool.submit(ahead.execute_markdown, PAGE).result()
+    assert ran is not None
+    pid = re.search(r"data-pid='(\d+)'", ran.blocks[2][2])
+    assert pid is not None and int(pid[1]) != __import__("os").getpid()
+    with ahead.replaying("page.md", ran):
+        html = convert(PAGE)
+    assert f"data-pid='{pid[1]}'" in html and "42" in html  # its outputs, not this process's
+
+
+def test_a_changed_block_is_an_error_naming_the_page() -> None:
+    ran = ahead.execute_markdown(PAGE)
+    assert ran is not None
+    with pytest.raises(
+        ahead.ReplayError, match=r"page\.md: the build asks for the block 'print\(7"
+    ):
+        with ahead.replaying("page.md", ran):
+            convert(PAGE.replace("6 * 7", "7 * 6"))
+
+
+def test_blocks_left_unasked_or_missing_are_errors() -> None:
+    ran = ahead.execute_markdown(PAGE)
+    assert ran is not None
+    with pytest.raises(ahead.ReplayError, match=r"page\.md: 1 blocks ran ahead that the build did"):
+        with ahead.replaying("page.md", ran):
+            convert(PAGE.rsplit("```python", 1)[0])  # the last block removed
+    with pytest.raises(ahead.ReplayError, match=r"page\.md: the block 'print\(1\)' .* did not run"):
+        with ahead.replaying("page.md", ran):
+            convert(PAGE + '\n```python exec="1"\nprint(1)\n```\n')
+
+
+def test_a_failing_block_gives_none_so_the_build_runs_the_page_itself() -> None:
+    assert ahead.execute_markdown('```python exec="1"\nraise ValueError("no")\n```\n') is None
+
+
+def test_replaying_leaves_markdown_exec_as_it_was() -> None:
+    ran = ahead.execute_markdown(PAGE)
+    assert ran is not None
+    with pytest.raises(ahead.ReplayError):
+        with ahead.replaying("page.md", ran):
+            convert("")  # nothing asked for: an error on leaving
+    assert "ran</p>" in convert(PAGE)  # markdown-exec runs blocks itself again
+
+
+def test_runs_answered_elsewhere_are_not_waited_for_and_name_the_footer() -> None:
+    def double(x: int) -> int:
+        return 2 * x
+
+    runs.from_disk()
+    runs._runs[runs._key(double, {"x": 4})] = runs._ON_DISK  # what prefetch does when stored
+    assert any("double(x=4)" in name for name in runs.waiting())
+    runs.answered_elsewhere([(double, {"x": 4})], ["attention.lab.english.train_english"])
+    assert not any("double(x=4)" in name for name in runs.waiting())
+    assert runs.from_disk() == ["attention.lab.english.train_english"]
+
+
+def test_a_page_that_publishes_an_explorer_runs_in_the_build() -> None:
+    """The explorer's weights are written and checked by the build's own process: a page that
+    publishes one there must not run ahead (its entry would stay in the worker)."""
+    page = '```python exec="1"\nfrom attention_site.explorer import published\n'
+    page += 'published().append("weights")\n```\n'
+    from attention_site.explorer import published
+
+    assert ahead.execute_markdown(page) is None
+    assert published() == []  # left as it was, for the pages this process builds
