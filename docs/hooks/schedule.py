@@ -19,7 +19,7 @@
 - Two workers, not one: a run starts as soon as either is free, not behind every run before
   it, so the last page that waits has its runs sooner (a whole build, one after the other on
   2 cores, 2026-11-27: 55.6 s with one worker, 52.2 s with two).
-- Torch threads: the workers and the notebooks' kernel (docs/hooks/notebooks.py, about 20 s)
+- Torch threads: the workers and the notebooks' kernel (docs/hooks/notebooks.py, about 13 s)
   share one core, so until the Performance page the pages get one thread fewer than the
   machine has CPUs: a thread more would spin waiting for a core they hold (measured in
   docs/maintainers.md, Build time).
