@@ -37,7 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from attention_site.stored import location, read_back, storable, stored
+from attention_site.stored import is_stored, read_back, storable, stored
 
 __all__ = ["answered_elsewhere", "from_disk", "in_turn", "once", "prefetch", "waiting"]
 
@@ -122,8 +122,7 @@ def prefetch(executor: Executor, function: Callable[..., Any], /, **kwargs: Any)
     key = _key(function, kwargs)
     if key in _runs:
         return
-    path = location(function, kwargs) if storable(function, kwargs) else None
-    if path is not None and path.exists():  # nothing to compute: `once` reads it
+    if is_stored(function, kwargs):  # nothing to compute: `once` reads it
         _runs[key] = _ON_DISK
     else:
         _runs[key] = executor.submit(_pickled, function, kwargs)

@@ -57,7 +57,8 @@ import torch
 import attention
 
 __all__ = [
-    "digest", "folder", "ingredients", "location", "read_back", "sources", "storable", "stored",
+    "digest", "folder", "ingredients", "is_stored", "location", "read_back", "sources",
+    "storable", "stored",
 ]  # fmt: skip
 
 _read: list[str] = []  # the functions whose stored runs this process read, since read_back()
@@ -243,6 +244,13 @@ def location(function: Callable[..., Any], kwargs: dict[str, Any]) -> Path | Non
         return None
     key = digest(ingredients(function, kwargs))
     return where / f"{function.__qualname__}-{key[:32]}.pkl"
+
+
+def is_stored(function: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
+    """Whether `function(**kwargs)` can be stored and is stored on disk: what `stored` would
+    read back instead of running."""
+    path = location(function, kwargs) if storable(function, kwargs) else None
+    return path is not None and path.exists()
 
 
 def stored(function: Callable[..., R], /, **kwargs: Any) -> R:

@@ -128,6 +128,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
     from attention_site.ahead import execute
     from attention_site.runs import in_turn, prefetch
+    from attention_site.stored import is_stored
 
     _replays.close()  # a page left replaying by a failed build (mkdocs serve)
     threads = max(1, (os.cpu_count() or 1) - 1)
@@ -153,14 +154,6 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         return 1 + order.index(file.src_uri) if file.src_uri in order else 0
 
     return Files(sorted(files, key=rank))
-
-
-def is_stored(function: Any, kwargs: dict[str, Any]) -> bool:
-    """Whether the run `function(**kwargs)` is stored on disk, for a page to read."""
-    from attention_site.stored import location, storable
-
-    path = location(function, kwargs) if storable(function, kwargs) else None
-    return path is not None and path.exists()
 
 
 def on_pre_page(page: Page, config: MkDocsConfig, files: Files) -> Page:

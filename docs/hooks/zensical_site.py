@@ -158,13 +158,11 @@ def stored_runs() -> dict[str, list[str]]:
     """Each page that asks for trainings (docs/hooks/schedule.py's list), with those of them
     stored on disk already (`module.name`): what it will read back instead of computing.
     Called before the build, which stores the others."""
-    from attention_site.stored import location, storable
+    from attention_site.stored import is_stored
 
     stored: dict[str, list[str]] = {}
     for page, needed in schedule.runs().items():
-        paths = [(f, location(f, kwargs) if storable(f, kwargs) else None) for f, kwargs in needed]
-        names = [f"{f.__module__}.{f.__qualname__}" for f, path in paths
-                 if path is not None and path.exists()]  # fmt: skip
+        names = [f"{f.__module__}.{f.__qualname__}" for f, kwargs in needed if is_stored(f, kwargs)]
         if names:
             stored[page] = list(dict.fromkeys(names))
     return stored

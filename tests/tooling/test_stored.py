@@ -65,7 +65,10 @@ def test_the_key_changes_with_the_config_not_with_how_it_is_spelled() -> None:
 
 
 def test_a_stored_run_equals_a_fresh_one(folder: Path) -> None:
+    assert not stored.is_stored(train_induction, TINY)
     first = stored.stored(train_induction, **TINY)  # trained, then written
+    assert stored.is_stored(train_induction, TINY)
+    assert not stored.is_stored(train_induction, {**TINY, "seed": 4})
     (path,) = folder.iterdir()
     assert path == location(train_induction, TINY) and path.name.startswith("train_induction-")
     again = stored.stored(train_induction, **TINY)  # read: the first run's own timing
