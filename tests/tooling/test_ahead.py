@@ -12,8 +12,6 @@ from markdown_exec import formatter, validator
 
 from attention_site import ahead, runs
 
-ROOT = Path(__file__).resolve().parents[2]
-
 PAGE = """\
 # A page
 
@@ -47,8 +45,12 @@ def uuids(html: str) -> str:
     return re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "U", html)
 
 
-def test_replayed_page_is_the_page_run_here_and_runs_nothing() -> None:
-    ran = ahead.execute_markdown(PAGE, str(ROOT / "mkdocs.yml"))  # the site's extensions
+def test_replayed_page_is_the_page_run_here_and_runs_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "mkdocs.yml"  # the site's extensions, as its mkdocs.yml gives them
+    (tmp_path / "docs").mkdir()
+    config.write_text("site_name: t\nplugins: [markdown-exec]\n"
+                      "markdown_extensions: [admonition, pymdownx.superfences]\n")  # fmt: skip
+    ran = ahead.execute_markdown(PAGE, str(config))
     assert ran is not None
     assert [session for session, _, _ in ran.blocks] == ["ahead-test"] * 3
     assert ran.blocks[1][2] == "42\n"  # the block nested in the admonition ran too
