@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,12 @@ from typing import Any
 from pymdownx.superfences import SuperFencesException
 
 __all__ = ["Ahead", "ReplayError", "execute", "execute_markdown", "replaying"]
+
+
+_OTHER_EXEC = re.compile(
+    r"^[ \t]*```(?!python\b)[\w-]+[^\n]*\bexec=\"(?:1|true|on)\"", re.MULTILINE
+)
+"""A fence markdown-exec runs in another language (`pycon`, `bash`, ...): not replayed."""
 
 
 class ReplayError(SuperFencesException):  # type: ignore[misc]
@@ -55,10 +62,12 @@ class Ahead:
         blocks: `(session, code, output)` per block, in the order they ran.
         from_disk: the trainings the blocks read from disk instead of running
             ([`from_disk`][attention_site.runs.from_disk]), for the page's footer.
+        source: the page's Markdown they ran from: a page changed since runs in the build.
     """
 
     blocks: list[tuple[str | None, str, str]]
     from_disk: list[str] = field(default_factory=list)
+    source: str = ""
 
 
 def _formatter() -> Any:
@@ -87,14 +96,17 @@ def _running(run: Callable[..., str]) -> Iterator[None]:
 
 def execute_markdown(text: str, config_file: str | None = None) -> Ahead | None:
     """Run the python blocks of a page's Markdown `text`, as the build would, and keep what
-    each printed; None where a block failed or the page published an attention explorer (the
-    build then runs the page itself).
+    each printed; None where a block failed, the page published an attention explorer, or it
+    has a fence of another language that markdown-exec runs (the build then runs the page
+    itself).
 
     Args:
         text: the page's Markdown.
         config_file: the `mkdocs.yml` whose Markdown extensions convert it; None converts with
             superfences and markdown-exec's fences only.
     """
+    if _OTHER_EXEC.search(text):  # markdown-exec runs them without `_run_python`
+        return None
     import markdown
     from markdown_exec import formatter, validator
 
@@ -116,9 +128,11 @@ def execute_markdown(text: str, config_file: str | None = None) -> Ahead | None:
                                extension_configs=config.mdx_configs)  # fmt: skip
     python = _formatter()
     run, blocks, failed = python._run_python, [], []
+    sessions: set[str | None] = set()
 
     def record(code: str, returncode: int | None = None, session: str | None = None,
                id: str | None = None, **extra: str) -> str:  # fmt: skip
+        sessions.add(session)
         try:
             output: str = run(code, returncode=returncode, session=session, id=id, **extra)
         except BaseException:
@@ -130,11 +144,11 @@ def execute_markdown(text: str, config_file: str | None = None) -> Ahead | None:
     from_disk()  # forget what earlier work in this process read
     with _running(record):
         md.convert(text)
-    for session in {session for session, _, _ in blocks if session}:
+    for session in sessions - {None}:
         python._sessions_globals.pop(session, None)  # the page's names: not kept here
     explorers = bool(published())
     published().clear()  # an explorer must be published in the build's process: run it there
-    return None if failed or explorers else Ahead(blocks, from_disk())
+    return None if failed or explorers else Ahead(blocks, from_disk(), text)
 
 
 def execute(page: str, config_file: str, threads: int) -> Ahead | None:

@@ -93,7 +93,7 @@ _SVG_STYLE = "stroke-linejoin: round; stroke-linecap: butt; max-width: 100%; hei
 
 _TOOLTIPS_ATTR = "_attention_tooltips"  # figure attribute: {gid: tooltip text}
 _LINES_ATTR = "_attention_lines"  # figure attribute: a line chart (data-lines in its SVG)
-_ids = itertools.count()  # unique prefixes across one process (one docs build)
+_ids = itertools.count()  # prefixes unique across one process (each page's within its own)
 
 
 def _rc_context() -> Any:
@@ -673,7 +673,7 @@ def row(*figures: Figure) -> str:
 # The figures' argument checks (every message names the argument, what was expected and
 # what arrived) and the matrix cell that carries a hover tooltip.
 
-_cell_ids = itertools.count()  # unique cell ids across one process (one docs build)
+_cell_ids = itertools.count()  # cell ids unique across one process (a page's in its own)
 
 
 def _to_matrix(weights: Any) -> list[list[float]]:

@@ -191,8 +191,9 @@ def in_turn(executor: Executor | None = None) -> Executor:
     where None.
 
     The build's background work on a machine with few cores: the exercise notebooks, then
-    chapter 19's two-process run, take the second core one after the other instead of
-    competing with the pages for both. A failed job fails its own future, not the ones after.
+    chapter 19's two-process run, the pages that run ahead and the explorer's check in
+    Chromium, take the second core one after the other instead of competing with the pages
+    for both. A failed job fails its own future, not the ones after.
 
     Examples:
         >>> order = []

@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import threading
 from concurrent.futures import Future
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +155,8 @@ def publish(site: Path, model_js: Path) -> Future[None] | None:
     from attention_site.explorer import published
     from attention_site.runs import in_turn
 
-    entries = list(published())
+    # the check's own copy of each model: the pages go on using theirs while it runs
+    entries = [replace(entry, model=copy.deepcopy(entry.model)) for entry in published()]
     published().clear()
     if not entries:
         return None

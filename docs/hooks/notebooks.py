@@ -125,7 +125,7 @@ def _shared_kernel(cwd: str, ip: str) -> tuple[Any, Any]:
     client for it, connected and ready.
 
     One kernel for all, reset before each: a kernel's start and `import torch` cost about 2 s
-    of CPU, which sixteen fresh kernels paid sixteen times. One client for all: a client of
+    of CPU, which twenty fresh kernels paid twenty times. One client for all: a client of
     its own per notebook waited 0.24 s for the kernel to answer (nbclient's handshake), 5 s
     for twenty notebooks on the second core's path (2026-11-29).
     """

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import atexit
 import gc
+import logging
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
@@ -43,6 +44,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
 
+log = logging.getLogger("mkdocs.hooks.schedule")
 _workers: list[ProcessPoolExecutor] = []
 _ahead: dict[str, Future[Any]] = {}  # page -> its blocks run ahead (attention_site.ahead)
 _replays = ExitStack()  # the page being replayed, until its content is converted
@@ -83,7 +85,8 @@ def runs() -> dict[str, list[tuple[Any, dict[str, Any]]]]:
             (run_experiment, {"seed": 0}),
             (transformer_experiment, {"seed": 0}),
         ],
-        # its own blocks come first (GPT-2's shape, about 8 s), then it waits for the model
+        # run ahead where the model is stored (AHEAD); else its own blocks come first (GPT-2's
+        # shape, about 8 s), then it waits for the model
         "generation.md": [(train_english, {"seed": 0})],
         "heads.md": [
             (train_induction, {"seed": 0, "context_length": 64}),
@@ -99,7 +102,8 @@ IN_TURN = {"chapter_results"}
 """The runs started, on a machine of two cores, only once the notebooks are done
 (`attention_site.runs.in_turn`): chapter 19's two processes beside the notebooks' kernel and
 the pages took a core from the pages for about 20 s (2026-11-29: each rank about 0.4 of a
-core from 15 to 35 s into the build); after the notebooks, the second core is idle."""
+core from 15 to 35 s into the build); after the notebooks, the second core has time for them
+(and then for the pages that run ahead, `AHEAD`, and the explorer's check)."""
 
 AHEAD = ("generation.md", "transformer.md")
 """The pages whose code blocks run ahead in a worker (`attention_site.ahead`) and are replayed
@@ -126,11 +130,13 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     """Start the runs and the pages that run ahead; order the pages (`NOTEBOOKS`)."""
     import torch
 
-    from attention_site.ahead import execute
+    from attention_site.ahead import ReplayError, execute
     from attention_site.runs import in_turn, prefetch
     from attention_site.stored import is_stored
 
-    _replays.close()  # a page left replaying by a failed build (mkdocs serve)
+    _ahead.clear()  # what a failed build started (mkdocs serve builds again in this process)
+    with suppress(ReplayError):  # a page a failed build left replaying: markdown-exec restored
+        _replays.close()
     threads = max(1, (os.cpu_count() or 1) - 1)
     torch.set_num_threads(threads)
     pages = runs()
@@ -161,18 +167,35 @@ def on_pre_page(page: Page, config: MkDocsConfig, files: Files) -> Page:
     whose blocks ran ahead replays them."""
     import torch
 
-    from attention_site.ahead import replaying
-    from attention_site.runs import answered_elsewhere, in_turn
+    from attention_site.runs import in_turn
 
     if page.file.src_uri in _ahead:
-        ahead = _ahead.pop(page.file.src_uri).result()
-        if ahead is not None:  # else a block failed there: the page runs here, as usual
-            answered_elsewhere(runs().get(page.file.src_uri, []), ahead.from_disk)
-            _replays.enter_context(replaying(page.file.src_uri, ahead))
+        _replay(page)
     if page.file.src_uri == MEASURES:
         in_turn().submit(int).result()  # every job in turn is done: the second core is free
         torch.set_num_threads(os.cpu_count() or 1)
     return page
+
+
+def _replay(page: Page) -> None:
+    """Replay what the page's blocks printed ahead, where they ran from the page as it is now.
+    Otherwise the page runs here, as usual: a block failed there (its error is reported here),
+    the page changed since, or the worker itself failed."""
+    from attention_site.ahead import replaying
+    from attention_site.runs import answered_elsewhere
+
+    name = page.file.src_uri
+    try:
+        ahead = _ahead.pop(name).result()
+    except Exception as error:  # the worker died (BrokenProcessPool), or its set-up failed
+        log.info("%s: running ahead failed (%s: %s); it runs here", name,
+                 type(error).__name__, error)  # fmt: skip
+        return
+    if ahead is None or ahead.source != page.file.content_string:
+        return
+    answered_elsewhere(runs().get(name, []), ahead.from_disk)
+    _replays.enter_context(replaying(name, ahead))
+    log.info("%s: %d blocks ran ahead in a worker; replayed", name, len(ahead.blocks))
 
 
 def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:

@@ -61,7 +61,7 @@ def test_replayed_page_is_the_page_run_here_and_runs_nothing(tmp_path: Path) -> 
 
 
 def test_a_page_run_in_another_process_prints_that_process() -> None:
-    with ProcessPoolExecutor(1) as pool:  # what the build does (spawned, as in schedule.py)
+    with ProcessPoolExecutor(1) as pool:  # another process, as the build's worker
         ran = pool.submit(ahead.execute_markdown, PAGE).result()
     assert ran is not None
     pid = re.search(r"data-pid='(\d+)'", ran.blocks[2][2])
@@ -125,4 +125,61 @@ def test_a_page_that_publishes_an_explorer_runs_in_the_build() -> None:
     from attention_site.explorer import published
 
     assert ahead.execute_markdown(page) is None
-    assert published() == []  # left as it was, for the pages this process builds
+    assert published() == []  # what the page published is not left behind in the worker
+
+
+def test_a_page_with_blocks_of_another_language_runs_in_the_build() -> None:
+    """markdown-exec runs a `pycon` (or `bash`) fence without `_run_python`: it could not be
+    replayed, so such a page is built in-process."""
+    assert ahead.execute_markdown('```pycon exec="1"\n>>> 1 + 1\n```\n' + PAGE) is None
+    assert ahead.execute_markdown("```pycon\n>>> 1 + 1\n2\n```\n" + PAGE) is not None
+
+
+def test_what_ran_ahead_keeps_its_source_and_a_failed_page_leaves_no_session() -> None:
+    from markdown_exec._internal.formatters import python
+
+    ran = ahead.execute_markdown(PAGE)
+    assert ran is not None and ran.source == PAGE  # the build replays it only for this text
+    failing = '```python exec="1" session="ahead-failed"\nx = 1\nraise ValueError\n```\n'
+    assert ahead.execute_markdown(failing) is None
+    assert "ahead-failed" not in python._sessions_globals
+
+
+def test_the_build_replays_a_page_only_as_it_ran_ahead(caplog: pytest.LogCaptureFixture) -> None:
+    """docs/hooks/schedule.py: a page is replayed only where it ran ahead from the text the
+    build reads now; a page edited since, or whose worker failed, runs in the build."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from markdown_exec._internal.formatters import python
+
+    from docs.hooks import schedule
+
+    original = python._run_python
+    ran = ahead.execute_markdown(PAGE)
+
+    def page(text: str) -> SimpleNamespace:
+        return SimpleNamespace(file=SimpleNamespace(src_uri="p.md", content_string=text))
+
+    def prepared(result: object) -> Future[object]:
+        future: Future[object] = Future()
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+        schedule._ahead["p.md"] = future
+        return future
+
+    prepared(ran)
+    schedule._replay(page(PAGE + "\nedited\n"))
+    assert python._run_python is original and "p.md" not in schedule._ahead
+    prepared(RuntimeError("the worker died"))
+    with caplog.at_level("INFO", logger="mkdocs.hooks.schedule"):
+        schedule._replay(page(PAGE))
+    assert python._run_python is original and "the worker died" in caplog.text
+    prepared(ran)
+    schedule._replay(page(PAGE))
+    assert python._run_python is not original  # replaying until the page is converted
+    html = convert(PAGE)
+    schedule.on_page_content(html, page(PAGE), None, None)
+    assert python._run_python is original and "42" in html
