@@ -509,3 +509,35 @@ def test_each_notebook_finds_a_fresh_kernel_in_the_shared_one(tmp_path: Path) ->
         notebooks._stop_kernel()
     cell = nbformat.read(second.with_suffix(".ipynb"), as_version=4).cells[-1]
     assert cell.outputs[0]["text"] == "False torch.float32 True\n"
+
+
+def test_notebook_templates_are_compiled_once_and_again_when_edited(tmp_path: Path) -> None:
+    """nbconvert makes a jinja environment per notebook; `KeptTemplates` keeps what one
+    compiled for the next, by name and source checksum: an edited template compiles again."""
+    import jinja2
+
+    kept = notebooks.KeptTemplates()
+    template = tmp_path / "cell.j2"
+    compiled: list[str] = []
+
+    class Counting(jinja2.Environment):
+        def _compile(self, source: str, filename: str) -> Any:
+            compiled.append(filename)
+            return super()._compile(source, filename)
+
+    def render() -> str:  # a fresh environment each time, as nbconvert's exporters make
+        loader = jinja2.FileSystemLoader(tmp_path)
+        return Counting(loader=loader, bytecode_cache=kept).get_template("cell.j2").render(x=2)
+
+    template.write_text("{{ x * 3 }}")
+    assert (render(), render(), len(compiled)) == ("6", "6", 1)
+    template.write_text("{{ x * 5 }}")
+    assert (render(), len(compiled)) == ("10", 2)
+
+    nbconvert = pytest.importorskip("nbconvert")  # the docs extra: every exporter keeps them
+    kept.install()
+    kept.install()  # once per process, not wrapped twice
+    create = nbconvert.exporters.templateexporter.TemplateExporter._create_environment
+    assert create.kept is kept and not hasattr(create.original, "kept")
+    exporter = nbconvert.HTMLExporter()
+    assert exporter.environment.bytecode_cache is kept
