@@ -48,6 +48,10 @@ _CHAPTER_LINK = re.compile(
 _SITE_LINK = re.compile(r'href="\.\./(?P<path>[\w-]+\.md)(?P<anchor>#[\w-]+)?"')
 _SOLUTION_CELL = re.compile(r'<div [^>]*class="jp-Cell [^"]*\bcelltag_solution\b[^"]*"[^>]*>')
 _DIV = re.compile(r"<(/?)div\b")
+_STYLE = re.compile(r"<style[^>]*>(?P<css>.*?)</style>", re.DOTALL)
+SHARED_CSS = 1000
+"""A `<style>` block of at least this many characters on a notebook's page is JupyterLab's
+stylesheet, the same on every page (590 KB a page): it becomes one file the pages link."""
 
 
 def is_solution(cell: Any) -> bool:
@@ -396,7 +400,31 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     target.mkdir(parents=True, exist_ok=True)
     install = install_cell(_package(config), draws=_draws(source))
     write_downloads(source, target, config.get("site_url"), install)
+    html = shared_styles(html, page.url, Path(config["site_dir"]))
     return download_links(source.stem) + fold_solutions(_SITE_LINK.sub(site_link, html))
+
+
+def shared_styles(html: str, url: str, site_dir: Path) -> str:
+    """Each large `<style>` block (`SHARED_CSS`) written once, as `assets/notebooks/<hash>.css`,
+    and linked where it stood: the cascade's order is kept, and a reader's browser loads it
+    once for all the notebooks' pages.
+    """
+    from hashlib import sha256
+
+    from mkdocs.utils import get_relative_url
+
+    def link(style: re.Match[str]) -> str:
+        css = style["css"]
+        if len(css) < SHARED_CSS:
+            return style[0]
+        name = f"assets/notebooks/{sha256(css.encode()).hexdigest()[:12]}.css"
+        path = site_dir / name
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(css, encoding="utf-8")
+        return f'<link rel="stylesheet" href="{get_relative_url(name, url)}">'
+
+    return _STYLE.sub(link, html)
 
 
 def download_links(stem: str, folder: str = "") -> str:

@@ -541,3 +541,16 @@ def test_notebook_templates_are_compiled_once_and_again_when_edited(tmp_path: Pa
     assert create.kept is kept and not hasattr(create.original, "kept")
     exporter = nbconvert.HTMLExporter()
     assert exporter.environment.bytecode_cache is kept
+
+
+def test_notebook_pages_link_one_shared_stylesheet(tmp_path: Path) -> None:
+    """JupyterLab's 590 KB of CSS, inline on every notebook's page, becomes one file linked
+    where each block stood (the cascade's order kept); small blocks stay inline."""
+    big = "p { color: red; }" + " " * notebooks.SHARED_CSS
+    html = f"<p>a</p><style>{big}</style><style>b {{}}</style><style>{big}</style>"
+    out = [notebooks.shared_styles(html, f"exercises/{n}/", tmp_path) for n in ("01", "02")]
+    written = list((tmp_path / "assets/notebooks").iterdir())
+    assert len(written) == 1 and written[0].read_text() == big
+    link = f'<link rel="stylesheet" href="../../assets/notebooks/{written[0].name}">'
+    assert out == [f"<p>a</p>{link}<style>b {{}}</style>{link}"] * 2
+    assert notebooks.shared_styles("<style>b {}</style>", "x/", tmp_path) == "<style>b {}</style>"
