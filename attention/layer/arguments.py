@@ -7,7 +7,7 @@ The forward's own fast test reads only shapes, dtypes and devices; these run whe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 from torch import Tensor
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from attention.layer.spec import Specified
 
 __all__ = [
+    "ForwardOptions",
     "Positions",
     "check_angles",
     "check_cache",
@@ -41,6 +42,17 @@ __all__ = [
     "positions_line",
     "readable",
 ]
+
+
+class ForwardOptions(TypedDict, total=False):
+    """`MultiHeadAttention.forward`'s keyword-only arguments, as its overloads take them."""
+
+    cache: KVCache | None
+    document_ids: Tensor | None
+    key: Tensor | None
+    value: Tensor | None
+    positions: Tensor | None
+    angles: tuple[Tensor, Tensor] | None
 
 
 def layer_mask(causal: bool | None, window: int | None, sinks: int, mask: object) -> Mask:
@@ -74,9 +86,11 @@ def check_cross_options(kdim: int, vdim: int, d_in: int, **options: object) -> N
 def check_sizes(
     d_in: object, d_out: object, context_length: object, num_heads: object, num_kv_heads: object
 ) -> tuple[int, int, int, int, int]:
-    """The layer's sizes as ints (NumPy's too), each at least 1, the heads dividing evenly."""
+    """The layer's sizes as ints (NumPy's too), each at least 1, the heads dividing evenly;
+    `num_kv_heads` None is `num_heads`."""
     names = ("d_in", "d_out", "context_length", "num_heads", "num_kv_heads")
-    values = (d_in, d_out, context_length, num_heads, num_kv_heads)
+    kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    values = (d_in, d_out, context_length, num_heads, kv_heads)
     d_in, d_out, context_length, num_heads, num_kv_heads = (
         check_size(name, value) for name, value in zip(names, values, strict=True)
     )
@@ -156,8 +170,12 @@ def check_rows(
             )
 
 
-def padding_zeroed(x: Tensor, key_padding_mask: Tensor | None, document_ids: Tensor | None,
-                   positions: Tensor | None) -> Tensor:  # fmt: skip
+def padding_zeroed(
+    x: Tensor,
+    key_padding_mask: Tensor | None,
+    document_ids: Tensor | None,
+    positions: Tensor | None,
+) -> Tensor:
     """`x` `(b, T, d_in)` with its padded tokens zeroed, once the rows' `key_padding_mask`,
     `document_ids` and `positions` are checked: not even a NaN there may reach a real output."""
     b, num_tokens, _ = x.shape
@@ -167,8 +185,9 @@ def padding_zeroed(x: Tensor, key_padding_mask: Tensor | None, document_ids: Ten
     return x.masked_fill(key_padding_mask[..., None], 0.0)  # (b, T, d_in)
 
 
-def check_angles(angles: object, num_tokens: int, head_dim: int, rope: bool,
-                 batch_size: int) -> None:  # fmt: skip
+def check_angles(
+    angles: object, num_tokens: int, head_dim: int, rope: bool, batch_size: int
+) -> None:
     """RoPE's `(cos, sin)`: two tensors of one shape, `(num_tokens, head_dim)` (every row's
     positions the same) or `(batch_size or 1, 1, num_tokens, head_dim)` (each row's own), as
     [`RotaryTable.at`][attention.layer.positions.RotaryTable.at] makes them. A
@@ -211,8 +230,10 @@ def check_cache(
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache (from init_cache), got {type(cache).__name__}")
     if cache.spoiled is not None:
-        raise ValueError(f"cache: {cache.spoiled}, so it holds part of that call; reset() it "
-                         "(or make a new one) before using it again")  # fmt: skip
+        raise ValueError(
+            f"cache: {cache.spoiled}, so it holds part of that call; reset() it "
+            "(or make a new one) before using it again"
+        )
     rule = layer.rule
     if rule.bounds.prefix is None:
         raise ValueError(
@@ -289,8 +310,9 @@ Positions = Tensor | Tokens | None
 """`(T,)` or `(batch, T)` int positions (-1: no token), or `Tokens` (positions, documents)."""
 
 
-def positions_line(name: str, value: Positions, n: int, default_start: int, batch: int,
-          device: torch.device) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+def positions_line(
+    name: str, value: Positions, n: int, default_start: int, batch: int, device: torch.device
+) -> tuple[Tensor, Tensor | None]:
     """Positions `(n,)` or `(batch, n)` int64, and documents `(batch, n)` or None, from a
     tiled function's `value` ([`flash_attention`][attention.layer.tiled.flash_attention]'s
     `q_positions` or `k_positions`); None: `default_start .. default_start + n - 1`."""
@@ -298,8 +320,10 @@ def positions_line(name: str, value: Positions, n: int, default_start: int, batc
         return torch.arange(default_start, default_start + n, device=device), None
     if isinstance(value, Tokens):
         if value.n != n or value.batch not in (1, batch):
-            raise ValueError(f"{name}: Tokens of {value.batch} rows and {value.n} tokens do not "
-                             f"fit {batch} rows of {n} tokens")  # fmt: skip
+            raise ValueError(
+                f"{name}: Tokens of {value.batch} rows and {value.n} tokens do not "
+                f"fit {batch} rows of {n} tokens"
+            )
         docs = None if value.docs is None else value.docs.expand(batch, n)
         return value.line, docs
     line = check_tensor(name, value, ndim=(1, 2))
@@ -321,13 +345,19 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     check_tensor("v", v, ndim=4, like=q)
     b, h, _, d = q.shape
     if h < 1 or d < 1 or k.shape[1] < 1 or v.shape[-1] < 1:
-        raise ValueError(f"q, k and v need at least one head and head_dim >= 1, got q "
-                         f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
+        raise ValueError(
+            f"q, k and v need at least one head and head_dim >= 1, got q "
+            f"{tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if k.shape[0] != b or k.shape[-1] != d:
-        raise ValueError(f"k must be (batch, num_kv_heads, num_keys, head_dim) = ({b}, ., ., "
-                         f"{d}) for q {tuple(q.shape)}, got {tuple(k.shape)}")  # fmt: skip
+        raise ValueError(
+            f"k must be (batch, num_kv_heads, num_keys, head_dim) = ({b}, ., ., "
+            f"{d}) for q {tuple(q.shape)}, got {tuple(k.shape)}"
+        )
     if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v must be (batch, num_kv_heads, num_keys, d_v) = {tuple(k.shape[:3])}"
-                         f" + (d_v,), got {tuple(v.shape)}")  # fmt: skip
+        raise ValueError(
+            f"v must be (batch, num_kv_heads, num_keys, d_v) = {tuple(k.shape[:3])}"
+            f" + (d_v,), got {tuple(v.shape)}"
+        )
     if h % k.shape[1]:
         raise ValueError(f"q's heads ({h}) must be a multiple of k's heads ({k.shape[1]})")

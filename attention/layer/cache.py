@@ -176,8 +176,10 @@ class KVCache:
         a chunk no output was made for; its next use says so instead of reading it twice."""
         if self.spoiled is None:
             self._layout, self.layout = self.layout, None  # the layers' fast check fails
-        self.spoiled = (f"a call raised {type(error).__name__} after the cache took its chunk "
-                        f"of {num_tokens} tokens")  # fmt: skip
+        self.spoiled = (
+            f"a call raised {type(error).__name__} after the cache took its chunk "
+            f"of {num_tokens} tokens"
+        )
 
     @contextmanager
     def static_steps(self) -> Iterator[KVCache]:
@@ -240,8 +242,9 @@ class KVCache:
         """A ring overwrites by position: each row's positions must grow from call to call
         (a lower one would take the slot of a key a later query needs). Skipped where values
         cannot steer Python (compiling, exporting, `meta`) and inside `static_steps`."""
-        if (self.full or torch.compiler.is_compiling() or torch.compiler.is_exporting()
-                or pos.device.type == "meta"):  # fmt: skip
+        if self.full or pos.device.type == "meta":
+            return
+        if torch.compiler.is_compiling() or torch.compiler.is_exporting():
             return
         low = torch.full_like(self.next, self.length) if self.contiguous else self.next
         behind = (pos >= 0) & (pos < low[:, None])

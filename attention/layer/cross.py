@@ -45,7 +45,6 @@ def attend(
     value: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
     cache: KVCache | None = None,
-    *,
     need_weights: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     r"""Cross-attention: queries from `x`, keys and values from another sequence.
@@ -92,10 +91,11 @@ def check(
     value: object,
     key_padding_mask: object,
     cache: object,
-    **self_only: object,
+    self_only: tuple[object, ...] = (),
 ) -> None:
-    """Raise an error naming the argument unless cross-attention can run on these."""
-    if any(v is not None for v in self_only.values()):
+    """Raise an error naming the argument unless cross-attention can run on these;
+    `self_only`: the self-attention arguments given (`document_ids`, `positions`, `angles`)."""
+    if any(v is not None for v in self_only):
         raise ValueError(
             "document_ids pack one sequence's documents (positions and angles "
             "place its tokens): not for cross-attention (key given)"

@@ -77,11 +77,15 @@ def check_gates(
     # values, not only shapes: outside these ranges the rule is not a contraction, and an
     # infinite g (a full reset) is NaN in the chunked form's differences of its running sums
     if not bool(((beta >= 0) & (beta <= 1)).all()):
-        raise ValueError(f"beta must be write strengths in [0, 1], got values from "
-                         f"{beta.min().item():.4g} to {beta.max().item():.4g}")  # fmt: skip
+        raise ValueError(
+            f"beta must be write strengths in [0, 1], got values from "
+            f"{beta.min().item():.4g} to {beta.max().item():.4g}"
+        )
     if not bool(((g <= 0) & (g > -math.inf)).all()):
-        raise ValueError(f"g must be finite log decays <= 0 (alpha = e^g in (0, 1]), got "
-                         f"values from {g.min().item():.4g} to {g.max().item():.4g}")  # fmt: skip
+        raise ValueError(
+            f"g must be finite log decays <= 0 (alpha = e^g in (0, 1]), got "
+            f"values from {g.min().item():.4g} to {g.max().item():.4g}"
+        )
     expected = (*q.shape[:2], q.shape[-1], d_v)
     if state is None:
         return beta, g, q.new_zeros(expected)
@@ -94,9 +98,13 @@ def check_gates(
 
 
 def delta_recurrent(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None = None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None = None,
     state: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+) -> tuple[Tensor, Tensor]:
     r"""The gated delta rule one token at a time:
     $S_t = \alpha_t S_{t-1} + \beta_t k_t (v_t - \alpha_t S_{t-1}^\top k_t)^\top$,
     $o_t = S_t^\top q_t$.
@@ -149,9 +157,15 @@ def _chunk(
 
 
 def delta_chunked(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None = None,
-    state: Tensor | None = None, *, chunk_size: int = 64,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None = None,
+    state: Tensor | None = None,
+    *,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor]:
     r"""The gated delta rule in chunks of `chunk_size` (the last may be shorter): inside a
     chunk one triangular solve and matrix products, across chunks the state.
 
@@ -182,9 +196,13 @@ def delta_chunked(
 
 
 def delta_parallel(
-    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor | None = None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    g: Tensor | None = None,
     state: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
+) -> tuple[Tensor, Tensor]:
     """The gated delta rule over the whole sequence at once: the chunked form with one chunk
     of all `T` tokens (a `T x T` triangular solve). Arguments as
     [`delta_recurrent`][attention.layer.delta.delta_recurrent]'s."""

@@ -213,8 +213,8 @@ def plan_call(
     if need_weights:
         return _WEIGHTS
     bounds = rule.bounds
-    if own and q.start is None and q.counted and not (
-            bounds.everything and q.docs is None and not options.score_mods):  # fmt: skip
+    sees_all = bounds.everything and q.docs is None and not options.score_mods  # no mask at all
+    if own and q.start is None and q.counted and not sees_all:
         q = k = _compacted_tokens(rule, q)  # padding, no cache: compact the rows first
         compacted = True
     else:
@@ -224,9 +224,9 @@ def plan_call(
     if start is not None and keys.start is None and not (keys.ring and q.n == 1):
         start = None
     mods = options.score_mods  # plan(), its two steps: SDPA's plan, then FlexAttention's
-    chosen = _sdpa_plan(rule, q.n, keys.n, start, keys.start == 0,
-                        q.docs is not None or keys.docs is not None, mods,
-                        options.sink_logits is not None)  # fmt: skip
+    per_row = q.docs is not None or keys.docs is not None  # documents: a mask per row
+    sink = options.sink_logits is not None
+    chosen = _sdpa_plan(rule, q.n, keys.n, start, keys.start == 0, per_row, mods, sink)
     if flex and _flex_takes(chosen.kind, q.n, mods):
         chosen = _FLEX
     return chosen.compacted() if compacted else chosen
@@ -277,17 +277,31 @@ def run(
         return _explicit(queries, keys, values, rule, q, k, options)
     if kind in ("none", "is_causal"):  # the kernel's own call, no mask: a decode step's
         out = F.scaled_dot_product_attention(
-            queries, keys, values, dropout_p=options.dropout_p, scale=options.scale,
-            is_causal=kind == "is_causal", enable_gqa=queries.shape[1] != keys.shape[1],
-        )  # fmt: skip
+            queries,
+            keys,
+            values,
+            dropout_p=options.dropout_p,
+            scale=options.scale,
+            is_causal=kind == "is_causal",
+            enable_gqa=queries.shape[1] != keys.shape[1],
+        )
         return out, None
     if kind == "blocked":
-        return sliding_window_attention(queries, keys, values, rule, docs=q.docs,
-                                        options=options), None  # fmt: skip
+        out = sliding_window_attention(queries, keys, values, rule, docs=q.docs, options=options)
+        return out, None
     if kind == "flex":
-        return flex_attention.attend(queries, keys, values, rule, q, k, scale=options.scale,
-                                     sink_logits=options.sink_logits,
-                                     score_mods=options.score_mods), None  # fmt: skip
+        out = flex_attention.attend(
+            queries,
+            keys,
+            values,
+            rule,
+            q,
+            k,
+            scale=options.scale,
+            sink_logits=options.sink_logits,
+            score_mods=options.score_mods,
+        )
+        return out, None
     return _masked(queries, keys, values, rule, q, k, options), None
 
 
@@ -328,9 +342,16 @@ def _explicit(
     score_mod = None
     if options.score_mods:
         score_mod = bind(options.score_mods, q.line, k.line, queries.shape[0], options.num_heads)
-    return explicit_attention(queries, keys, values, seen, dropout=options.dropout,
-                              sink_logits=sink, score_mod=score_mod,
-                              scale=options.scale)  # fmt: skip
+    return explicit_attention(
+        queries,
+        keys,
+        values,
+        seen,
+        dropout=options.dropout,
+        sink_logits=sink,
+        score_mod=score_mod,
+        scale=options.scale,
+    )
 
 
 def bind(
@@ -371,8 +392,15 @@ def _masked(
     if options.score_mods:
         heads = (queries.shape[0], queries.shape[1])
         mask = bias_mask(mask, options.score_mods, q.line, k.line, heads, queries.dtype)
-    context_vec = sdpa(queries, keys, values, mask, dropout_p=options.dropout_p,
-                       scale=options.scale, sink_logits=options.sink_logits)  # fmt: skip
+    context_vec = sdpa(
+        queries,
+        keys,
+        values,
+        mask,
+        dropout_p=options.dropout_p,
+        scale=options.scale,
+        sink_logits=options.sink_logits,
+    )
     return context_vec.masked_fill(empty, 0.0)
 
 
@@ -476,9 +504,15 @@ def sdpa(
     if sink_logits is not None:  # the planner hands a sink its mask, never is_causal
         queries, keys, values, mask = with_sink(queries, keys, values, mask, sink_logits)
     return F.scaled_dot_product_attention(
-        queries, keys, values, attn_mask=mask, dropout_p=dropout_p, scale=scale,
-        is_causal=is_causal, enable_gqa=gqa,
-    )  # fmt: skip
+        queries,
+        keys,
+        values,
+        attn_mask=mask,
+        dropout_p=dropout_p,
+        scale=scale,
+        is_causal=is_causal,
+        enable_gqa=gqa,
+    )
 
 
 def sliding_window_attention(
@@ -526,9 +560,11 @@ def sliding_window_attention(
     """
     reach, anchor = rule.bounds.reach, rule.bounds.anchor
     if not (reach and rule.bounds.causal):
-        raise ValueError(f"sliding_window_attention needs a rule that is causal with a bounded "
-                         f"reach (a window); rule={rule!r} has causal={rule.bounds.causal}, "
-                         f"reach={reach}")  # fmt: skip
+        raise ValueError(
+            f"sliding_window_attention needs a rule that is causal with a bounded "
+            f"reach (a window); rule={rule!r} has causal={rule.bounds.causal}, "
+            f"reach={reach}"
+        )
     options = Options(queries.shape[1]) if options is None else options
     b, num_tokens = queries.shape[0], queries.shape[-2]
     out = queries.new_empty(*queries.shape[:-1], values.shape[-1])  # (b, h, T, d_v)
@@ -542,10 +578,14 @@ def sliding_window_attention(
         if before:
             keep = torch.cat((torch.arange(before, device=device), keep))
         k, v = _slice(keys, first, hi, before), _slice(values, first, hi, before)  # (b, h_kv, S, d)
-        q_tok = Tokens(b, hi - lo, device, start=lo,
-                       docs=None if docs is None else docs[:, lo:hi])  # fmt: skip
-        k_tok = Tokens(b, keep.shape[0], device, given=keep,
-                       docs=None if docs is None else docs.index_select(1, keep))  # fmt: skip
+        q_tok = Tokens(b, hi - lo, device, start=lo, docs=None if docs is None else docs[:, lo:hi])
+        k_tok = Tokens(
+            b,
+            keep.shape[0],
+            device,
+            given=keep,
+            docs=None if docs is None else docs.index_select(1, keep),
+        )
         out[:, :, lo:hi] = _masked(queries[:, :, lo:hi], k, v, rule, q_tok, k_tok, options)
     return out
 

@@ -140,9 +140,17 @@ class GatedDeltaNet(nn.Module):
     """
 
     def __init__(
-        self, d_in: int, *, num_k_heads: int, num_v_heads: int, head_k_dim: int,
-        head_v_dim: int, conv_kernel_size: int = 4, eps: float = 1e-6, chunk_size: int = 64,
-    ) -> None:  # fmt: skip
+        self,
+        d_in: int,
+        *,
+        num_k_heads: int,
+        num_v_heads: int,
+        head_k_dim: int,
+        head_v_dim: int,
+        conv_kernel_size: int = 4,
+        eps: float = 1e-6,
+        chunk_size: int = 64,
+    ) -> None:
         super().__init__()
         self.d_in = check_size("d_in", d_in)
         self.num_k_heads = check_size("num_k_heads", num_k_heads)
@@ -159,8 +167,14 @@ class GatedDeltaNet(nn.Module):
         self.conv_dim = 2 * self.key_dim + self.value_dim  # q, k, v pass the convolution
         self.in_proj_qkvz = nn.Linear(d_in, 2 * self.key_dim + 2 * self.value_dim, bias=False)
         self.in_proj_ba = nn.Linear(d_in, 2 * num_v_heads, bias=False)
-        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv_kernel_size, bias=False,
-                                groups=self.conv_dim, padding=conv_kernel_size - 1)  # fmt: skip
+        self.conv1d = nn.Conv1d(
+            self.conv_dim,
+            self.conv_dim,
+            conv_kernel_size,
+            bias=False,
+            groups=self.conv_dim,
+            padding=conv_kernel_size - 1,
+        )
         self.dt_bias = nn.Parameter(torch.ones(num_v_heads))
         self.A_log = nn.Parameter(torch.empty(num_v_heads).uniform_(0.01, 16).log())
         self.norm = GatedRMSNorm(head_v_dim, eps=check_positive("eps", eps))

@@ -200,8 +200,9 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         self.v_head_dim = check_size("v_head_dim", v_head_dim)
         self.q_lora_rank = None if q_lora_rank is None else check_size("q_lora_rank", q_lora_rank)
         if qk_rope_head_dim % 2:
-            raise ValueError(f"qk_rope_head_dim must be even (RoPE turns pairs), got "
-                             f"{qk_rope_head_dim}")  # fmt: skip
+            raise ValueError(
+                f"qk_rope_head_dim must be even (RoPE turns pairs), got {qk_rope_head_dim}"
+            )
         check_dropout(dropout)
         bias = check_flag("qkv_bias", qkv_bias)
         self.rope_interleave = check_flag("rope_interleave", rope_interleave)
@@ -214,8 +215,10 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         rope_frequencies(2, rope_base)  # checks rope_base: a finite number above 1
         self.rotary = RotaryTable(qk_rope_head_dim, rope_base, limit=max(256, 2 * context_length))
         scale = factor / math.sqrt(self.head_dim)  # tau = softmax_factor / sqrt(d_N + d_R)
-        self.spec = AttentionSpec(rule, as_score_mods(score_mods), scale, float(rope_base),
-                                  False, num_heads, 1, self.head_dim)  # fmt: skip
+        mods = as_score_mods(score_mods)  # the spec: one key/value head (the latent), no sink
+        self.spec = AttentionSpec(
+            rule, mods, scale, float(rope_base), num_heads=num_heads, head_dim=self.head_dim
+        )
         self._unprobed = True
         h, r, d_r = num_heads, kv_lora_rank, qk_rope_head_dim
         q_out = h * self.head_dim
@@ -271,8 +274,17 @@ class MultiHeadLatentAttention(Specified, nn.Module):
                 )
         weight = self.kv_a_proj_with_mqa.weight
         heads, d_k, d_v = self.cache_widths
-        cache = KVCache(batch_size, max_tokens, heads, d_k, value_dim=d_v, window=window,
-                        sinks=self.sinks, device=weight.device, dtype=weight.dtype)  # fmt: skip
+        cache = KVCache(
+            batch_size,
+            max_tokens,
+            heads,
+            d_k,
+            value_dim=d_v,
+            window=window,
+            sinks=self.sinks,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
         cache.layout = self.layout
         return cache
 
@@ -281,8 +293,10 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         like = self.kv_a_proj_with_mqa.weight
         arguments.check_cache(self, cache, batch_size, num_tokens, like, self.cache_widths)
         if getattr(cache, "layout", None) != self.layout:
-            raise ValueError(f"cache was made for the layout {getattr(cache, 'layout', None)}; "
-                             f"this module's is {self.layout}: use its init_cache")  # fmt: skip
+            raise ValueError(
+                f"cache was made for the layout {getattr(cache, 'layout', None)}; "
+                f"this module's is {self.layout}: use its init_cache"
+            )
 
     @overload
     def forward(
@@ -349,8 +363,9 @@ class MultiHeadLatentAttention(Specified, nn.Module):
             ValueError: a wrong shape of `x`, a mask, positions, ids or angles; a cache made
                 for another layout, or full.
         """
-        check_input(x, self.d_in, self.context_length, batched=True,
-                    like=self.kv_a_proj_with_mqa.weight)  # fmt: skip
+        check_input(
+            x, self.d_in, self.context_length, batched=True, like=self.kv_a_proj_with_mqa.weight
+        )
         check_flag("need_weights", need_weights)
         b, num_tokens, _ = x.shape
         if key_padding_mask is not None or document_ids is not None or positions is not None:
@@ -362,8 +377,11 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         if num_tokens == 0 or b == 0:  # nothing to attend: empty outputs, the cache unchanged
             empty = x.new_zeros(b, num_tokens, self.d_in)
             keys = num_tokens + (cache.length if cache is not None else 0)
-            return (empty, x.new_zeros(b, self.num_heads, num_tokens, keys if num_tokens else 0)
-                    ) if need_weights else empty  # fmt: skip
+            return (
+                (empty, x.new_zeros(b, self.num_heads, num_tokens, keys if num_tokens else 0))
+                if need_weights
+                else empty
+            )
         q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
         if cache is not None and cache.length == 0 and self._prefix:
             arguments.check_prefill(self.rule, q)
@@ -453,13 +471,15 @@ class MultiHeadLatentAttention(Specified, nn.Module):
 
     def up_projections(self) -> tuple[Tensor, Tensor]:
         """`kv_b_proj`'s weight per head: $W_{UK}$ `(h, d_N, r)` and $W_{UV}$ `(h, d_V, r)`."""
-        w = self.kv_b_proj.weight.view(self.num_heads, self.qk_nope_head_dim + self.v_head_dim,
-                                       self.kv_lora_rank)  # fmt: skip
+        w = self.kv_b_proj.weight.view(
+            self.num_heads, self.qk_nope_head_dim + self.v_head_dim, self.kv_lora_rank
+        )
         w_uk, w_uv = w.split((self.qk_nope_head_dim, self.v_head_dim), dim=1)
         return w_uk, w_uv
 
-    def _naive(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor
-               ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    def _naive(
+        self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """What the kernel takes with keys and values expanded per head: queries
         `(b, h, T, d_N + d_R)`, keys `(b, h, S, d_N + d_R)`, values `(b, h, S, d_V)`."""
         b, _, s, _ = latent.shape
@@ -471,8 +491,9 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         queries_ = torch.cat((q_nope, q_rope), dim=-1)  # (b, h, T, d_N + d_R)
         return queries_, keys, values
 
-    def _absorbed(self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor
-                  ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    def _absorbed(
+        self, q_nope: Tensor, q_rope: Tensor, latent: Tensor, k_rope: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """What the kernel takes with W_UK folded into the query: queries `(b, h, T, r + d_R)`,
         one head of keys `(b, 1, S, r + d_R)`, the latents as values `(b, 1, S, r)`; W_UV is
         applied after the weighted sum."""
@@ -484,9 +505,11 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         return queries_, keys, latent  # multi-query attention whose values are the latents
 
     def extra_repr(self) -> str:
-        sizes = (f"kv_lora_rank={self.kv_lora_rank}, q_lora_rank={self.q_lora_rank}, "
-                 f"qk_nope_head_dim={self.qk_nope_head_dim}, qk_rope_head_dim="
-                 f"{self.qk_rope_head_dim}, v_head_dim={self.v_head_dim}")  # fmt: skip
+        sizes = (
+            f"kv_lora_rank={self.kv_lora_rank}, q_lora_rank={self.q_lora_rank}, "
+            f"qk_nope_head_dim={self.qk_nope_head_dim}, qk_rope_head_dim="
+            f"{self.qk_rope_head_dim}, v_head_dim={self.v_head_dim}"
+        )
         return f"{super().extra_repr()}, {sizes}, absorb={self.absorb}"
 
 
@@ -510,26 +533,37 @@ def hf_latent_settings(module: nn.Module) -> dict[str, Any]:
     """  # noqa: E501
     config: Any = getattr(module, "config", None)
     if config is None or not hasattr(module, "kv_a_proj_with_mqa"):
-        raise TypeError(f"module must be transformers' DeepSeek-V3 attention (a module with a "
-                        f"config and kv_a_proj_with_mqa), got {type(module).__name__}")  # fmt: skip
+        raise TypeError(
+            f"module must be transformers' DeepSeek-V3 attention (a module with a "
+            f"config and kv_a_proj_with_mqa), got {type(module).__name__}"
+        )
     rope = dict(config.rope_parameters or {})
     kind = rope.get("rope_type", "default")
     if kind not in ("default", "yarn"):
-        raise ValueError(f"config.rope_parameters has rope_type={kind!r}; the latent layer's "
-                         "loader reads 'default' and 'yarn' (its softmax factor)")  # fmt: skip
+        raise ValueError(
+            f"config.rope_parameters has rope_type={kind!r}; the latent layer's "
+            "loader reads 'default' and 'yarn' (its softmax factor)"
+        )
     factor = 1.0
     if kind == "yarn":
         factor = yarn_softmax_factor(float(rope["factor"]), float(rope.get("mscale_all_dim", 0)))
     norm: Any = module.kv_a_layernorm
-    return {"d_in": config.hidden_size, "num_heads": config.num_attention_heads,
-            "context_length": config.max_position_embeddings,
-            "kv_lora_rank": config.kv_lora_rank, "qk_nope_head_dim": config.qk_nope_head_dim,
-            "qk_rope_head_dim": config.qk_rope_head_dim, "v_head_dim": config.v_head_dim,
-            "q_lora_rank": config.q_lora_rank, "qkv_bias": bool(config.attention_bias),
-            "rope_base": float(rope.get("rope_theta", 10000.0)),
-            "rope_interleave": bool(getattr(config, "rope_interleave", True)),
-            "softmax_factor": factor, "norm_eps": float(norm.variance_epsilon),
-            "dropout": float(config.attention_dropout)}  # fmt: skip
+    return {
+        "d_in": config.hidden_size,
+        "num_heads": config.num_attention_heads,
+        "context_length": config.max_position_embeddings,
+        "kv_lora_rank": config.kv_lora_rank,
+        "qk_nope_head_dim": config.qk_nope_head_dim,
+        "qk_rope_head_dim": config.qk_rope_head_dim,
+        "v_head_dim": config.v_head_dim,
+        "q_lora_rank": config.q_lora_rank,
+        "qkv_bias": bool(config.attention_bias),
+        "rope_base": float(rope.get("rope_theta", 10000.0)),
+        "rope_interleave": bool(getattr(config, "rope_interleave", True)),
+        "softmax_factor": factor,
+        "norm_eps": float(norm.variance_epsilon),
+        "dropout": float(config.attention_dropout),
+    }
 
 
 def from_hf_latent(module: nn.Module) -> MultiHeadLatentAttention:

@@ -137,8 +137,9 @@ class LinearCache:
             old, new = getattr(self.state, name), getattr(state, name)
             check_tensor(f"state.{name}", new, like=old)
             if new.shape != old.shape:
-                raise ValueError(f"state.{name} must keep shape {tuple(old.shape)}, got "
-                                 f"{tuple(new.shape)}")  # fmt: skip
+                raise ValueError(
+                    f"state.{name} must keep shape {tuple(old.shape)}, got {tuple(new.shape)}"
+                )
         self.state = state
         self.length += num_tokens
 
@@ -194,9 +195,13 @@ def _divided(out: Tensor, denominator: Tensor) -> Tensor:
 
 
 def linear_parallel(
-    q: Tensor, k: Tensor, v: Tensor, *, feature_map: FeatureMap = elu_plus_one,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    feature_map: FeatureMap = elu_plus_one,
     normalize: bool = True,
-) -> Tensor:  # fmt: skip
+) -> Tensor:
     r"""Causal linear attention as one masked matrix: $O = AV / (A\mathbf{1})$,
     $A = \operatorname{tril}(\phi(Q)\phi(K)^\top)$.
 
@@ -221,9 +226,14 @@ def linear_parallel(
 
 
 def linear_recurrent(
-    q: Tensor, k: Tensor, v: Tensor, *, feature_map: FeatureMap = elu_plus_one,
-    normalize: bool = True, state: LinearState | None = None,
-) -> tuple[Tensor, LinearState]:  # fmt: skip
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    feature_map: FeatureMap = elu_plus_one,
+    normalize: bool = True,
+    state: LinearState | None = None,
+) -> tuple[Tensor, LinearState]:
     r"""Causal linear attention one token at a time: $S_t = S_{t-1} + \phi(k_t) v_t^\top$,
     $z_t = z_{t-1} + \phi(k_t)$, $o_t = S_t^\top \phi(q_t) / (z_t \cdot \phi(q_t))$.
 
@@ -256,10 +266,15 @@ def linear_recurrent(
 
 
 def linear_chunked(
-    q: Tensor, k: Tensor, v: Tensor, *, chunk_size: int = 64,
-    feature_map: FeatureMap = elu_plus_one, normalize: bool = True,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    chunk_size: int = 64,
+    feature_map: FeatureMap = elu_plus_one,
+    normalize: bool = True,
     state: LinearState | None = None,
-) -> tuple[Tensor, LinearState]:  # fmt: skip
+) -> tuple[Tensor, LinearState]:
     r"""Causal linear attention in chunks: parallel inside, the state across.
 
     For a chunk's rows $Q_c = \phi(q)$, $K_c = \phi(k)$, $V_c$ and the state $(S, z)$ of the

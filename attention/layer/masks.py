@@ -100,10 +100,13 @@ class Bounds:
         else:  # (d < r1 or j < a1) and (d < r2 or j < a2)  =>  d < min r or j < max a
             reach, anchor = min(self.reach, other.reach), max(self.anchor, other.anchor)
         return Bounds(
-            causal_from=min(self.causal_from, other.causal_from), reach=reach, anchor=anchor,
-            near=min(self.near, other.near), first=min(self.first, other.first),
+            causal_from=min(self.causal_from, other.causal_from),
+            reach=reach,
+            anchor=anchor,
+            near=min(self.near, other.near),
+            first=min(self.first, other.first),
             everything=self.everything and other.everything,
-        )  # fmt: skip
+        )
 
     def either(self, other: Bounds) -> Bounds:
         """The bounds of `a | b`: the looser upper bound, the larger lower one."""
@@ -112,9 +115,10 @@ class Bounds:
             causal_from=max(self.causal_from, other.causal_from),
             reach=max(self.reach, other.reach) if bounded else None,  # type: ignore[type-var]
             anchor=max(self.anchor, other.anchor) if bounded else 0,
-            near=max(self.near, other.near), first=max(self.first, other.first),
+            near=max(self.near, other.near),
+            first=max(self.first, other.first),
             everything=self.everything or other.everything,
-        )  # fmt: skip
+        )
 
     @property
     def causal(self) -> bool:
@@ -134,8 +138,9 @@ class Bounds:
 
     def sees_kept(self) -> bool:
         """Whether a query sees every key its upper bound keeps (a ring buffer's, say)."""
-        return self.causal and self.reach is not None and (
-            self.near >= self.reach and self.first >= self.anchor)  # fmt: skip
+        if not self.causal or self.reach is None:
+            return False
+        return self.near >= self.reach and self.first >= self.anchor
 
 
 class Mask:
@@ -294,8 +299,10 @@ def as_mask(value: object, name: str = "mask") -> Mask:
         return value
     if callable(value):
         return Mask(value)
-    raise TypeError(f"{name} must be a Mask or a function fn(b, h, q_idx, kv_idx) -> bool "
-                    f"tensor (FlexAttention's mask_mod), got {type(value).__name__}")  # fmt: skip
+    raise TypeError(
+        f"{name} must be a Mask or a function fn(b, h, q_idx, kv_idx) -> bool "
+        f"tensor (FlexAttention's mask_mod), got {type(value).__name__}"
+    )
 
 
 def indices(
@@ -312,8 +319,9 @@ def indices(
         >>> [tuple(t.shape) for t in (b, h, q, kv)]
         [(1, 1, 1, 1), (1, 2, 1, 1), (1, 1, 3, 1), (1, 1, 1, 5)]
     """
-    batch = max(batch, q_pos.shape[0] if q_pos.ndim == 2 else 1,
-                k_pos.shape[0] if k_pos.ndim == 2 else 1)  # fmt: skip
+    batch = max(
+        batch, q_pos.shape[0] if q_pos.ndim == 2 else 1, k_pos.shape[0] if k_pos.ndim == 2 else 1
+    )
     device = q_pos.device
     b = torch.arange(batch, device=device).view(-1, 1, 1, 1)  # (B, 1, 1, 1)
     h = torch.arange(num_heads, device=device).view(1, -1, 1, 1)  # (1, H, 1, 1)
@@ -342,14 +350,18 @@ def evaluate(
         out = mask.fn(b, h, q, kv)
     except Exception as error:  # a user's function: say which argument failed, and how
         shapes = ", ".join(str(tuple(t.shape)) for t in (b, h, q, kv))
-        raise TypeError(f"mask {mask.name!r} failed on (b, h, q_idx, kv_idx) of shapes "
-                        f"{shapes}: {type(error).__name__}: {error}") from error  # fmt: skip
+        raise TypeError(
+            f"mask {mask.name!r} failed on (b, h, q_idx, kv_idx) of shapes "
+            f"{shapes}: {type(error).__name__}: {error}"
+        ) from error
     if not isinstance(out, Tensor) or out.dtype != torch.bool:
         kind = out.dtype if isinstance(out, Tensor) else type(out).__name__
         raise TypeError(f"mask {mask.name!r} must return a bool tensor, got {kind}")
     if out.device != device:
-        raise ValueError(f"mask {mask.name!r} returned a tensor on {out.device}; the "
-                         f"positions are on {device} (move what it closes over there)")  # fmt: skip
+        raise ValueError(
+            f"mask {mask.name!r} returned a tensor on {out.device}; the "
+            f"positions are on {device} (move what it closes over there)"
+        )
     try:
         if out.ndim > 4 or torch.broadcast_shapes(out.shape, full) != full:
             raise RuntimeError
@@ -367,9 +379,8 @@ def evaluate(
 
 def everything() -> Mask:
     """Every key is visible: an encoder's attention (`causal=False`)."""
-    return Mask(_everything,
-                "everything()", Bounds(near=math.inf, first=math.inf, everything=True),
-                "everything()")  # fmt: skip
+    bounds = Bounds(near=math.inf, first=math.inf, everything=True)
+    return Mask(_everything, "everything()", bounds, "everything()")
 
 
 def causal() -> Mask:
@@ -381,8 +392,8 @@ def causal() -> Mask:
                 [1, 1, 0],
                 [1, 1, 1]], dtype=torch.int32)
     """
-    return Mask(_causal, "causal()",
-                Bounds(causal_from=0, near=math.inf, first=math.inf), "causal()")  # fmt: skip
+    bounds = Bounds(causal_from=0, near=math.inf, first=math.inf)
+    return Mask(_causal, "causal()", bounds, "causal()")
 
 
 def window(w: int) -> Mask:
@@ -400,8 +411,8 @@ def window(w: int) -> Mask:
                 [0, 0, 1, 1]], dtype=torch.int32)
     """
     check_size("window", w)
-    return Mask(partial(_window, w), f"window({w})",
-                Bounds(causal_from=0, reach=w, near=w), f"window({w})")  # fmt: skip
+    bounds = Bounds(causal_from=0, reach=w, near=w)
+    return Mask(partial(_window, w), f"window({w})", bounds, f"window({w})")
 
 
 def sinks(k: int) -> Mask:
@@ -410,8 +421,8 @@ def sinks(k: int) -> Mask:
     Combine with a window and causality: `causal() & (window(w) | sinks(k))`.
     """
     check_size("sinks", k)
-    return Mask(partial(_sinks, k), f"sinks({k})",
-                Bounds(causal_from=k, reach=0, anchor=k, first=k), f"sinks({k})")  # fmt: skip
+    bounds = Bounds(causal_from=k, reach=0, anchor=k, first=k)
+    return Mask(partial(_sinks, k), f"sinks({k})", bounds, f"sinks({k})")
 
 
 def documents(ids: Tensor) -> Mask:

@@ -12,7 +12,7 @@ runs one `CausalAttention` per head. This module stacks the $h$ per-head matrice
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Literal, Unpack, overload
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from attention.checks import check_dropout, check_flag, check_input, check_size
 from attention.derivation.wrapper import MultiHeadAttentionWrapper
 from attention.layer import arguments, convert, cross, flex
+from attention.layer.arguments import ForwardOptions
 from attention.layer.cache import KVCache
 from attention.layer.fused import Plan, plan_call, run
 from attention.layer.masks import Mask
@@ -213,9 +214,8 @@ class MultiHeadAttention(Specified, nn.Module):
         output_gate: bool = False,
     ) -> None:
         super().__init__()
-        kv = num_heads if num_kv_heads is None else num_kv_heads
         d_in, d_out, context_length, num_heads, num_kv_heads = arguments.check_sizes(
-            d_in, d_out, context_length, num_heads, kv
+            d_in, d_out, context_length, num_heads, num_kv_heads
         )
         self.kdim = d_in if kdim is None else check_size("kdim", kdim)
         self.vdim = d_in if vdim is None else check_size("vdim", vdim)
@@ -224,30 +224,44 @@ class MultiHeadAttention(Specified, nn.Module):
         self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
         self.head_dim = d_out // num_heads  # d_h
         self._trace: list[Plan | None] = [None]  # the last call's plan (a list: compiles)
-        self.spec = layer_spec(num_heads, num_kv_heads, self.head_dim, context_length,
-                               (self.kdim, self.vdim, d_in), causal=causal, window=window,
-                               sinks=sinks, mask=mask, score_mods=score_mods, scale=scale,
-                               rope=rope, rope_base=rope_base, sink_logit=sink_logit,
-                               rope_scaling=rope_scaling, qk_norm=qk_norm)  # fmt: skip
-        self.rotary = (RotaryTable(self.head_dim, rope_base, max(256, 2 * context_length),
-                                   self._spec.rope_scaling) if rope else None)  # fmt: skip
+        self.spec = layer_spec(
+            num_heads,
+            num_kv_heads,
+            self.head_dim,
+            context_length,
+            (self.kdim, self.vdim, d_in),
+            causal=causal,
+            window=window,
+            sinks=sinks,
+            mask=mask,
+            score_mods=score_mods,
+            scale=scale,
+            rope=rope,
+            rope_base=rope_base,
+            sink_logit=sink_logit,
+            rope_scaling=rope_scaling,
+            qk_norm=qk_norm,
+        )
+        limit = max(256, 2 * context_length)  # positions in RoPE's table; later ones computed
+        scaling = self._spec.rope_scaling
+        self.rotary = RotaryTable(self.head_dim, rope_base, limit, scaling) if rope else None
         self._unprobed = True  # the mask and modifiers are tried at the first call
         kv_dim = num_kv_heads * self.head_dim
         bias = check_flag("qkv_bias", qkv_bias)
         self.W_query = nn.Linear(d_in, d_out, bias=bias)
         self.W_key = nn.Linear(self.kdim, kv_dim, bias=bias)
         self.W_value = nn.Linear(self.vdim, kv_dim, bias=bias)
-        self.out_features = d_out if out_features is None else check_size("out_features",
-                                                                          out_features)  # fmt: skip
-        self.out_proj = nn.Linear(d_out, self.out_features)
+        width = d_out if out_features is None else check_size("out_features", out_features)
+        self.out_features, self.out_proj = width, nn.Linear(d_out, width)
         self.dropout = nn.Dropout(dropout)
         self.sink_logits = nn.Parameter(torch.zeros(num_heads)) if sink_logit else None
         self.q_norm: RMSNorm | None
         self.k_norm: RMSNorm | None
-        self.q_norm, self.k_norm = (qk_norms(qk_norm, num_heads, num_kv_heads, self.head_dim,
-                                             qk_norm_eps) if qk_norm else (None, None))  # fmt: skip
-        self.W_gate = nn.Linear(d_in, d_out, bias=bias) if check_flag(
-            "output_gate", output_gate) else None  # fmt: skip
+        self.q_norm, self.k_norm = qk_norms(
+            qk_norm, num_heads, num_kv_heads, self.head_dim, qk_norm_eps
+        )
+        gate = check_flag("output_gate", output_gate)
+        self.W_gate = nn.Linear(d_in, d_out, bias=bias) if gate else None
         self.register_load_state_dict_pre_hook(convert.drop_book_mask)  # type: ignore[no-untyped-call]
 
     @overload
@@ -256,13 +270,7 @@ class MultiHeadAttention(Specified, nn.Module):
         x: Tensor,
         key_padding_mask: Tensor | None = ...,
         need_weights: Literal[False] = ...,
-        *,
-        cache: KVCache | None = ...,
-        document_ids: Tensor | None = ...,
-        key: Tensor | None = ...,
-        value: Tensor | None = ...,
-        positions: Tensor | None = ...,
-        angles: tuple[Tensor, Tensor] | None = ...,
+        **options: Unpack[ForwardOptions],
     ) -> Tensor: ...
 
     @overload
@@ -271,13 +279,7 @@ class MultiHeadAttention(Specified, nn.Module):
         x: Tensor,
         key_padding_mask: Tensor | None,
         need_weights: Literal[True],
-        *,
-        cache: KVCache | None = ...,
-        document_ids: Tensor | None = ...,
-        key: Tensor | None = ...,
-        value: Tensor | None = ...,
-        positions: Tensor | None = ...,
-        angles: tuple[Tensor, Tensor] | None = ...,
+        **options: Unpack[ForwardOptions],
     ) -> tuple[Tensor, Tensor]: ...
 
     @overload
@@ -287,12 +289,7 @@ class MultiHeadAttention(Specified, nn.Module):
         key_padding_mask: Tensor | None = ...,
         *,
         need_weights: Literal[True],
-        cache: KVCache | None = ...,
-        document_ids: Tensor | None = ...,
-        key: Tensor | None = ...,
-        value: Tensor | None = ...,
-        positions: Tensor | None = ...,
-        angles: tuple[Tensor, Tensor] | None = ...,
+        **options: Unpack[ForwardOptions],
     ) -> tuple[Tensor, Tensor]: ...
 
     def forward(
@@ -361,45 +358,46 @@ class MultiHeadAttention(Specified, nn.Module):
                 fit.
         """
         w = self.W_query.weight  # the fast test first: a failed one names what is wrong
-        if not (type(x) is Tensor and x.ndim == 3 and x.shape[2] == self.d_in
-                and x.shape[1] <= self.context_length and x.dtype == w.dtype
-                and x.device == w.device):  # fmt: skip
+        like = (w.dtype, w.device)
+        shaped = type(x) is Tensor and x.ndim == 3 and x.shape[2] == self.d_in  # (b, T, d_in)
+        if not (shaped and x.shape[1] <= self.context_length and (x.dtype, x.device) == like):
             check_input(x, self.d_in, self.context_length, batched=True, like=w)  # or autocast
         if need_weights is not False and need_weights is not True:
             check_flag("need_weights", need_weights)
         spec = self._spec
         if key is not None or value is not None or (cache is not None and self._cross):
-            cross.check(self, x.shape[0], key, value, key_padding_mask, cache,
-                        document_ids=document_ids, positions=positions, angles=angles)  # fmt: skip
-            out, weights = cross.attend(self, x, key, value, key_padding_mask, cache,
-                                        need_weights=need_weights)  # fmt: skip
+            self_only = (document_ids, positions, angles)  # refused with cross-attention
+            cross.check(self, x.shape[0], key, value, key_padding_mask, cache, self_only)
+            out, weights = cross.attend(self, x, key, value, key_padding_mask, cache, need_weights)
             return out if weights is None else (out, weights)
         if (self.kdim, self.vdim) != (self.d_in, self.d_in):
             cross.refuse_self_attention(self)
         b, num_tokens, _ = x.shape
-        if key_padding_mask is not None or document_ids is not None or positions is not None:
+        counted = key_padding_mask is None and document_ids is None and positions is None
+        if not counted:  # padding, documents or given positions: each row's own positions
             x = arguments.padding_zeroed(x, key_padding_mask, document_ids, positions)
         if cache is not None and not (  # fast: a cache of this layout with room; else named
             getattr(cache, "layout", None) == self._layout is not None
-            and cache.keys.shape[0] == b and cache.keys.dtype == w.dtype
-            and cache.keys.device == w.device and cache.length >= (self._prefix or 0)
+            and (cache.keys.shape[0], cache.keys.dtype, cache.keys.device) == (b, *like)
+            and cache.length >= (self._prefix or 0)
             and (cache.max_tokens is None or cache.length + num_tokens <= cache.max_tokens)
-        ):  # fmt: skip
+        ):
             arguments.check_cache(self, cache, b, num_tokens, w)
-        if angles is not None and not (  # fast: a pair of one shape that fits; else named
-            type(angles) is tuple and len(angles) == 2 and self.rotary is not None
-            and type(angles[0]) is Tensor and type(angles[1]) is Tensor
-            and angles[0].shape == angles[1].shape
-            and angles[0].shape[-2:] == (num_tokens, self.rotary.dim)
-            and angles[0].shape[:-2] in ((), (1, 1), (b, 1))
-        ):  # fmt: skip
-            arguments.check_angles(angles, num_tokens, self.rotary.dim if self.rotary else
-                                   self.head_dim, self.rope, b)  # fmt: skip
+        if angles is not None:  # fast: a pair of one shape that fits; else named
+            cos, sin = angles if type(angles) is tuple and len(angles) == 2 else (None, None)
+            rotary_dim = self.head_dim if self.rotary is None else self.rotary.dim
+            if not (
+                type(cos) is type(sin) is Tensor
+                and self.rotary is not None
+                and cos.shape == sin.shape
+                and cos.shape[-2:] == (num_tokens, rotary_dim)
+                and cos.shape[:-2] in ((), (1, 1), (b, 1))
+            ):
+                arguments.check_angles(angles, num_tokens, rotary_dim, self.rope, b)
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
             empty = x.new_zeros(b, 0, self.out_features)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
-        if (key_padding_mask is None and positions is None and document_ids is None
-                and (cache is None or cache.contiguous)):  # fmt: skip
+        if counted and (cache is None or cache.contiguous):
             q = Tokens(b, num_tokens, x.device, 0 if cache is None else cache.length, counted=True)
         else:
             q = queries(b, num_tokens, key_padding_mask, positions, document_ids, x.device, cache)
@@ -434,20 +432,19 @@ class MultiHeadAttention(Specified, nn.Module):
                 keys, values, k = stored_keys, stored_values, stored
                 if keys.dtype != queries_.dtype:  # autocast: the cache keeps the module's dtype
                     keys, values = keys.to(queries_.dtype), values.to(queries_.dtype)
-        options = self._options
-        dropout_p = self.dropout.p if self.training else 0.0
-        if options is None or options.dropout_p != dropout_p or (
-                options.sink_logits is not self.sink_logits):  # fmt: skip
-            options = self._new_options(dropout_p, self.sink_logits)
-        use_flex = x.device.type in flex.ON and flex.usable(
-            x.device, dropout_p, self.sink_logits is not None
-        )
+        options, sink_logits = self._options, self.sink_logits
+        p = self.dropout.p if self.training else 0.0  # dropout's p: none out of training
+        if options is None or options.dropout_p != p or options.sink_logits is not sink_logits:
+            options = self._new_options(p, sink_logits)
+        use_flex = x.device.type in flex.ON and flex.usable(x.device, p, sink_logits is not None)
         try:
-            chosen = plan_call(spec.mask, q, k, options, own=own, need_weights=need_weights,
-                               flex=use_flex)  # fmt: skip
+            chosen = plan_call(
+                spec.mask, q, k, options, own=own, need_weights=need_weights, flex=use_flex
+            )
             self._trace[0] = chosen  # what ran: the plan is the one printed
-            context_vec, attn_weights = run(chosen, queries_, keys, values, spec.mask, q, k,
-                                            options)  # fmt: skip
+            context_vec, attn_weights = run(
+                chosen, queries_, keys, values, spec.mask, q, k, options
+            )
         except Exception as error:  # the cache took the chunk: never read it as if it ran
             if cache is not None:
                 cache.spoil(error, num_tokens)
@@ -480,16 +477,18 @@ class MultiHeadAttention(Specified, nn.Module):
         b, num_tokens, _ = x.shape
         queries_, keys = self.W_query(x), self.W_key(x)  # (b, T, h d_h), (b, T, h_kv d_h)
         if self.q_norm is not None and self.k_norm is not None:  # QK-norm, before RoPE
-            queries_, keys = apply_qk_norm(self._spec.qk_norm, self.q_norm, self.k_norm,
-                                           queries_, keys, self.head_dim)  # fmt: skip
+            queries_, keys = apply_qk_norm(
+                self._spec.qk_norm, self.q_norm, self.k_norm, queries_, keys, self.head_dim
+            )
         h, h_kv, d_h = self.num_heads, self.num_kv_heads, self.head_dim
         queries_ = queries_.view(b, num_tokens, h, d_h).transpose(1, 2)  # (b, h, T, d_h)
         keys = keys.view(b, num_tokens, h_kv, d_h).transpose(1, 2)  # (b, h_kv, T, d_h)
         values = self.W_value(x).view(b, num_tokens, h_kv, d_h).transpose(1, 2)
         if self.rotary is not None:  # turn each query and key by m * theta_i at its position m
             if angles is None:
-                angles = self.rotary.of(positions or Tokens(b, num_tokens, x.device, start=0),
-                                        x.dtype)  # fmt: skip
+                angles = self.rotary.of(
+                    positions or Tokens(b, num_tokens, x.device, start=0), x.dtype
+                )
             queries_, keys = rotate_with(queries_, angles), rotate_with(keys, angles)
         return queries_, keys, values
 

@@ -73,9 +73,13 @@ def check_qk_norm(kind: object) -> QKNormKind | None:
     raise ValueError(f"qk_norm must be None, 'head' or 'projection', got {kind!r}")
 
 
-def qk_norms(kind: QKNormKind, num_heads: int, num_kv_heads: int, head_dim: int,
-             eps: float) -> tuple[RMSNorm, RMSNorm]:  # fmt: skip
-    """The query's and the key's `RMSNorm`: `d_h` wide per head, or the projections' widths."""
+def qk_norms(
+    kind: QKNormKind | None, num_heads: int, num_kv_heads: int, head_dim: int, eps: float
+) -> tuple[RMSNorm, RMSNorm] | tuple[None, None]:
+    """The query's and the key's `RMSNorm`: `d_h` wide per head, or the projections' widths;
+    none without a `kind`."""
+    if kind is None:
+        return None, None
     if kind == "head":
         return RMSNorm(head_dim, eps), RMSNorm(head_dim, eps)
     return RMSNorm(num_heads * head_dim, eps), RMSNorm(num_kv_heads * head_dim, eps)

@@ -141,9 +141,12 @@ class RopeScaling:
             value = getattr(self, name)
             if value is not None and name != "truncate":
                 object.__setattr__(self, name, check_positive(name, value))
-        needed = {"linear": ("factor",), "dynamic": ("factor", "max_position_embeddings"),
-                  "llama3": KINDS["llama3"][:4],
-                  "yarn": ("original_max_position_embeddings",)}  # fmt: skip
+        needed = {
+            "linear": ("factor",),
+            "dynamic": ("factor", "max_position_embeddings"),
+            "llama3": KINDS["llama3"][:4],
+            "yarn": ("original_max_position_embeddings",),
+        }
         missing = [name for name in needed.get(self.rope_type, ()) if getattr(self, name) is None]
         if self.rope_type == "yarn" and not (self.factor or self.max_position_embeddings):
             missing.append("factor (or max_position_embeddings)")
@@ -226,8 +229,11 @@ class RopeScaling:
         factor = self.attention_factor
         if factor is None:
             both = self.mscale and self.mscale_all_dim
-            factor = (mscale(s, self.mscale) / mscale(s, self.mscale_all_dim)  # type: ignore[arg-type]
-                      if both else mscale(s))  # fmt: skip
+            factor = (
+                mscale(s, self.mscale) / mscale(s, self.mscale_all_dim)  # type: ignore[arg-type]
+                if both
+                else mscale(s)
+            )
 
         def pair_turning(turns: float) -> float:  # the pair that turns `turns` times over L
             return d * math.log(length / (turns * 2 * math.pi)) / (2 * math.log(base))

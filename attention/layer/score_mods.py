@@ -82,8 +82,10 @@ def as_score_mods(value: object) -> tuple[ScoreMod, ...]:
     if isinstance(value, ScoreMod) or callable(value):
         value = [value]
     if not isinstance(value, Sequence) or isinstance(value, str | bytes):
-        raise TypeError(f"score_mods must be a list of ScoreMod or score_mod functions, got "
-                        f"{type(value).__name__}")  # fmt: skip
+        raise TypeError(
+            f"score_mods must be a list of ScoreMod or score_mod functions, got "
+            f"{type(value).__name__}"
+        )
     mods = []
     for i, mod in enumerate(value):
         if not isinstance(mod, ScoreMod):

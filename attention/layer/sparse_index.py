@@ -101,17 +101,21 @@ class LightningIndexer(nn.Module):
         weights_proj: `nn.Linear(d_in, H_I)`, no bias: $W_w$, the heads' weights per query.
     """  # noqa: E501
 
-    def __init__(self, d_in: int, q_lora_rank: int, n_heads: int, head_dim: int,
-                 rope_dim: int) -> None:  # fmt: skip
+    def __init__(
+        self, d_in: int, q_lora_rank: int, n_heads: int, head_dim: int, rope_dim: int
+    ) -> None:
         super().__init__()
         self.n_heads = check_size("index_n_heads", n_heads)
         self.head_dim = check_size("index_head_dim", head_dim)
         self.rope_dim = check_size("qk_rope_head_dim", rope_dim)
         if rope_dim > head_dim:
-            raise ValueError(f"index_head_dim must be at least qk_rope_head_dim={rope_dim} "
-                             f"(RoPE turns its first dimensions), got {head_dim}")  # fmt: skip
-        self.wq_b = nn.Linear(check_size("q_lora_rank", q_lora_rank), n_heads * head_dim,
-                              bias=False)  # fmt: skip
+            raise ValueError(
+                f"index_head_dim must be at least qk_rope_head_dim={rope_dim} "
+                f"(RoPE turns its first dimensions), got {head_dim}"
+            )
+        self.wq_b = nn.Linear(
+            check_size("q_lora_rank", q_lora_rank), n_heads * head_dim, bias=False
+        )
         self.wk = nn.Linear(check_size("d_in", d_in), head_dim, bias=False)
         self.k_norm = nn.LayerNorm(head_dim, eps=1e-6)
         self.weights_proj = nn.Linear(d_in, n_heads, bias=False)
@@ -128,8 +132,9 @@ class LightningIndexer(nn.Module):
         assert k.shape == (*x.shape[:2], self.head_dim)
         return k
 
-    def forward(self, x: Tensor, q_low: Tensor, keys: Tensor,
-                angles: tuple[Tensor, Tensor]) -> Tensor:  # fmt: skip
+    def forward(
+        self, x: Tensor, q_low: Tensor, keys: Tensor, angles: tuple[Tensor, Tensor]
+    ) -> Tensor:
         r"""$I_{t,s}$ for the queries of `x` against `keys`.
 
         Args:
@@ -177,15 +182,22 @@ def topk_chosen(scores: Tensor, topk: int, seen: Tensor | None = None) -> Tensor
     scores = check_tensor("scores", scores, ndim=3, floating=True)
     check_size("topk", topk)
     if topk > scores.shape[-1]:
-        raise ValueError(f"topk must be at most the number of keys S={scores.shape[-1]} of "
-                         f"scores (batch, T, S) = {tuple(scores.shape)}, got {topk}")  # fmt: skip
+        raise ValueError(
+            f"topk must be at most the number of keys S={scores.shape[-1]} of "
+            f"scores (batch, T, S) = {tuple(scores.shape)}, got {topk}"
+        )
     if seen is not None:
         seen = check_tensor("seen", seen, ndim=3)
-        if (seen.dtype != torch.bool or seen.shape[1:] != scores.shape[1:]
-                or seen.shape[0] not in (1, scores.shape[0])):  # fmt: skip
-            raise ValueError(f"seen must be bool of shape (batch or 1, T, S) = "
-                             f"({scores.shape[0]} or 1, {scores.shape[1]}, {scores.shape[2]}), got "
-                             f"{seen.dtype} {tuple(seen.shape)}")  # fmt: skip
+        if (
+            seen.dtype != torch.bool
+            or seen.shape[1:] != scores.shape[1:]
+            or seen.shape[0] not in (1, scores.shape[0])
+        ):
+            raise ValueError(
+                f"seen must be bool of shape (batch or 1, T, S) = "
+                f"({scores.shape[0]} or 1, {scores.shape[1]}, {scores.shape[2]}), got "
+                f"{seen.dtype} {tuple(seen.shape)}"
+            )
         scores = scores.masked_fill(~seen, -math.inf)  # what a query cannot see ranks last
     # torch.topk, as transformers' DeepSeek-V3.2: equal scores choose the same keys as there
     # (a stable sort, self-consistent, made a tiny random model's logits differ from its)
@@ -195,8 +207,7 @@ def topk_chosen(scores: Tensor, topk: int, seen: Tensor | None = None) -> Tensor
     return chosen if seen is None else chosen & seen
 
 
-def _read_chosen(chosen: Tensor, start: int, b: Tensor, h: Tensor, q: Tensor,
-                 kv: Tensor) -> Tensor:  # fmt: skip
+def _read_chosen(chosen: Tensor, start: int, b: Tensor, h: Tensor, q: Tensor, kv: Tensor) -> Tensor:
     """`chosen[b, q - start, kv]`, False outside the tensor (a probe's positions, say)."""
     rows, t, s = chosen.shape
     row = b if rows > 1 else torch.zeros_like(b)
@@ -297,17 +308,38 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             `document_ids` or `positions` (not taken here) or a cache of another kind.
     """
 
-    def __init__(self, d_in: int, num_heads: int, context_length: int, *, kv_lora_rank: int,
-                 qk_nope_head_dim: int, qk_rope_head_dim: int, v_head_dim: int,
-                 q_lora_rank: int, index_topk: int, index_n_heads: int, index_head_dim: int,
-                 **options: Any) -> None:  # fmt: skip
-        super().__init__(d_in, num_heads, context_length, kv_lora_rank=kv_lora_rank,
-                         qk_nope_head_dim=qk_nope_head_dim, qk_rope_head_dim=qk_rope_head_dim,
-                         v_head_dim=v_head_dim, q_lora_rank=q_lora_rank, causal=True,
-                         **options)  # fmt: skip
+    def __init__(
+        self,
+        d_in: int,
+        num_heads: int,
+        context_length: int,
+        *,
+        kv_lora_rank: int,
+        qk_nope_head_dim: int,
+        qk_rope_head_dim: int,
+        v_head_dim: int,
+        q_lora_rank: int,
+        index_topk: int,
+        index_n_heads: int,
+        index_head_dim: int,
+        **options: Any,
+    ) -> None:
+        super().__init__(
+            d_in,
+            num_heads,
+            context_length,
+            kv_lora_rank=kv_lora_rank,
+            qk_nope_head_dim=qk_nope_head_dim,
+            qk_rope_head_dim=qk_rope_head_dim,
+            v_head_dim=v_head_dim,
+            q_lora_rank=q_lora_rank,
+            causal=True,
+            **options,
+        )
         self.index_topk = check_size("index_topk", index_topk)
-        self.indexer = LightningIndexer(d_in, q_lora_rank, index_n_heads, index_head_dim,
-                                        qk_rope_head_dim)  # fmt: skip
+        self.indexer = LightningIndexer(
+            d_in, q_lora_rank, index_n_heads, index_head_dim, qk_rope_head_dim
+        )
         self.last_chosen: Tensor | None = None
 
     def init_cache(self, batch_size: int, max_tokens: int | None = None) -> IndexedCache:
@@ -323,14 +355,26 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         """
         plain = super().init_cache(batch_size, max_tokens)
         heads, d_k, d_v = self.cache_widths
-        cache = IndexedCache(batch_size, plain.max_tokens, heads, d_k, value_dim=d_v,
-                             index_head_dim=self.indexer.head_dim, device=plain.keys.device,
-                             dtype=plain.keys.dtype)  # fmt: skip
+        cache = IndexedCache(
+            batch_size,
+            plain.max_tokens,
+            heads,
+            d_k,
+            value_dim=d_v,
+            index_head_dim=self.indexer.head_dim,
+            device=plain.keys.device,
+            dtype=plain.keys.dtype,
+        )
         cache.layout = plain.layout
         return cache
 
-    def choose(self, x: Tensor, q: Tokens, cache: KVCache | None,
-               angles: tuple[Tensor, Tensor] | None = None) -> Tensor:  # fmt: skip
+    def choose(
+        self,
+        x: Tensor,
+        q: Tokens,
+        cache: KVCache | None,
+        angles: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
         """The keys each query of `x` reads, `(b, T, S)` bool; writes the indexer's keys into
         `cache` (an `IndexedCache`) at the chunk's positions.
 
@@ -355,10 +399,15 @@ class SparseLatentAttention(MultiHeadLatentAttention):
             topk = min(self.index_topk, keys.shape[1])
             return topk_chosen(scores, topk, seen.expand_as(scores))
 
-    def _attend(self, x: Tensor, q: Tokens, cache: KVCache | None,
-                angles: tuple[Tensor, Tensor] | None,
-                need_weights: bool,
-                mask: Mask | None = None) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    def _attend(
+        self,
+        x: Tensor,
+        q: Tokens,
+        cache: KVCache | None,
+        angles: tuple[Tensor, Tensor] | None,
+        need_weights: bool,
+        mask: Mask | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
         """Choose the keys, then latent attention under the layer's mask (`causal()`, or
         `mask`) `& topk_mask(chosen)`."""
         if q.start is None or (cache is not None and not isinstance(cache, IndexedCache)):
@@ -373,8 +422,10 @@ class SparseLatentAttention(MultiHeadLatentAttention):
         return super()._attend(x, q, cache, angles, need_weights, rule)  # for this call only
 
     def extra_repr(self) -> str:
-        index = (f"index_topk={self.index_topk}, index_n_heads={self.indexer.n_heads}, "
-                 f"index_head_dim={self.indexer.head_dim}")  # fmt: skip
+        index = (
+            f"index_topk={self.index_topk}, index_n_heads={self.indexer.n_heads}, "
+            f"index_head_dim={self.indexer.head_dim}"
+        )
         return f"{super().extra_repr()}, {index}"
 
 
@@ -390,12 +441,16 @@ def from_hf_sparse(module: nn.Module) -> SparseLatentAttention:
     """
     config: Any = getattr(module, "config", None)
     if not isinstance(module, nn.Module) or not hasattr(module, "indexer") or config is None:
-        raise TypeError(f"module must be transformers' DeepSeek-V3.2 attention (a module with "
-                        f"a config and an indexer), got {type(module).__name__}")  # fmt: skip
+        raise TypeError(
+            f"module must be transformers' DeepSeek-V3.2 attention (a module with "
+            f"a config and an indexer), got {type(module).__name__}"
+        )
     weight: Tensor = getattr(module, "q_a_proj").weight  # noqa: B009
     layer = SparseLatentAttention(
-        **hf_latent_settings(module), index_topk=config.index_topk,
-        index_n_heads=config.index_n_heads, index_head_dim=config.index_head_dim,
-    ).to(device=weight.device, dtype=weight.dtype)  # fmt: skip
+        **hf_latent_settings(module),
+        index_topk=config.index_topk,
+        index_n_heads=config.index_n_heads,
+        index_head_dim=config.index_head_dim,
+    ).to(device=weight.device, dtype=weight.dtype)
     layer.load_state_dict(module.state_dict(), strict=True)
     return layer.train(module.training)

@@ -165,29 +165,61 @@ class AttentionSpec:
         return [text for name, text in found if name not in allow]
 
 
-def layer_spec(num_heads: int, num_kv_heads: int, head_dim: int, context_length: int,
-               widths: tuple[int, int, int], *, causal: bool | None, window: int | None,
-               sinks: int, mask: object, score_mods: object, scale: float | None, rope: object,
-               rope_base: float, sink_logit: object, rope_scaling: object, qk_norm: object,
-               ) -> AttentionSpec:  # fmt: skip
+def layer_spec(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    context_length: int,
+    widths: tuple[int, int, int],
+    *,
+    causal: bool | None,
+    window: int | None,
+    sinks: int,
+    mask: object,
+    score_mods: object,
+    scale: float | None,
+    rope: object,
+    rope_base: float,
+    sink_logit: object,
+    rope_scaling: object,
+    qk_norm: object,
+) -> AttentionSpec:
     """`MultiHeadAttention`'s spec from its arguments, each checked by name; `widths`:
     `(kdim, vdim, d_in)`, other than `d_in` for cross-attention only."""
     rule = layer_mask(causal, window, sinks, mask)
     rope = check_flag("rope", rope)
     rope_frequencies(2, rope_base)  # checks rope_base, used or not
     if rope and head_dim % 2:
-        raise ValueError("rope rotates pairs of dimensions: head_dim = d_out // num_heads "
-                         f"must be even, got head_dim={head_dim}")  # fmt: skip
+        raise ValueError(
+            "rope rotates pairs of dimensions: head_dim = d_out // num_heads "
+            f"must be even, got head_dim={head_dim}"
+        )
     mods = as_score_mods(score_mods)
     kdim, vdim, d_in = widths
     if (kdim, vdim) != (d_in, d_in):
-        check_cross_options(kdim, vdim, d_in, causal=rule.bounds.causal,
-                            rope=rope or qk_norm is not None, sink_logit=sink_logit,
-                            mask=mask, score_mods=mods)  # fmt: skip
+        check_cross_options(
+            kdim,
+            vdim,
+            d_in,
+            causal=rule.bounds.causal,
+            rope=rope or qk_norm is not None,
+            sink_logit=sink_logit,
+            mask=mask,
+            score_mods=mods,
+        )
     scaling = as_rope_scaling(rope_scaling, rope, head_dim, context_length)
-    return AttentionSpec(rule, mods, scale, float(rope_base) if rope else None,
-                         check_flag("sink_logit", sink_logit), num_heads, num_kv_heads, head_dim,
-                         scaling, check_qk_norm(qk_norm))  # fmt: skip
+    return AttentionSpec(
+        rule,
+        mods,
+        scale,
+        float(rope_base) if rope else None,
+        check_flag("sink_logit", sink_logit),
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        scaling,
+        check_qk_norm(qk_norm),
+    )
 
 
 class Specified:
@@ -235,8 +267,9 @@ class Specified:
         from attention.layer.fused import Options  # fused's options, for this spec
 
         spec = self._spec
-        self._options = Options(self.num_heads, dropout_p, spec.scale, sink_logits,
-                                spec.score_mods, self.dropout)  # fmt: skip
+        self._options = Options(
+            self.num_heads, dropout_p, spec.scale, sink_logits, spec.score_mods, self.dropout
+        )
         return self._options
 
     @property

@@ -75,13 +75,31 @@ def partial_attention(
         return _forward(problem, q, k, v)
 
 
-def _one_tile(q: Tensor, k: Tensor, v: Tensor, mask: object, score_mods: object,
-              q_positions: Positions, k_positions: Positions) -> _Problem:  # fmt: skip
+def _one_tile(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: object,
+    score_mods: object,
+    q_positions: Positions,
+    k_positions: Positions,
+) -> _Problem:
     """The arguments checked, by name; the whole set of keys one tile (at least 1 by 1)."""
     check_qkv(q, k, v)
-    return _problem(mask, score_mods, None, max(q.shape[2], 1), max(k.shape[2], 1), q_positions,
-                    k_positions, q.shape[2], k.shape[2], q.shape[0], q.shape[-1],
-                    q.device)  # fmt: skip
+    return _problem(
+        mask,
+        score_mods,
+        None,
+        max(q.shape[2], 1),
+        max(k.shape[2], 1),
+        q_positions,
+        k_positions,
+        q.shape[2],
+        k.shape[2],
+        q.shape[0],
+        q.shape[-1],
+        q.device,
+    )
 
 
 def partial_backward(
@@ -155,8 +173,10 @@ def merge(outputs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Te
     """
     outputs, lses = _sets("outputs", outputs), _sets("lses", lses)
     if len(outputs) != len(lses) or not outputs:
-        raise ValueError(f"merge needs one lse per output, at least one: got {len(outputs)} "
-                         f"outputs and {len(lses)} lses")  # fmt: skip
+        raise ValueError(
+            f"merge needs one lse per output, at least one: got {len(outputs)} "
+            f"outputs and {len(lses)} lses"
+        )
     first = outputs[0]
     for i, (o, lse_c) in enumerate(zip(outputs, lses, strict=True)):
         _check_like(f"outputs[{i}]", o, first.shape, first)
@@ -174,8 +194,10 @@ def _sets(name: str, value: object) -> list[Tensor]:
     if isinstance(value, Tensor) and value.ndim >= 1:
         return list(value.unbind(0))
     if not isinstance(value, list | tuple):
-        raise TypeError(f"{name} must be a list or tuple of tensors, one per set of keys, got "
-                        f"{type(value).__name__}")  # fmt: skip
+        raise TypeError(
+            f"{name} must be a list or tuple of tensors, one per set of keys, got "
+            f"{type(value).__name__}"
+        )
     return list(value)
 
 
@@ -236,8 +258,20 @@ def split_kv_attention(
         raise ValueError(f"num_splits must be at most num_keys={num_keys}, got {num_splits}")
     workers = check_size("workers", workers)
     size = -(-num_keys // num_splits)  # keys per chunk, rounded up
-    problem = _problem(mask, score_mods, scale, max(q.shape[2], 1), size, q_positions, k_positions,
-                       q.shape[2], num_keys, q.shape[0], q.shape[-1], q.device)  # fmt: skip
+    problem = _problem(
+        mask,
+        score_mods,
+        scale,
+        max(q.shape[2], 1),
+        size,
+        q_positions,
+        k_positions,
+        q.shape[2],
+        num_keys,
+        q.shape[0],
+        q.shape[-1],
+        q.device,
+    )
 
     def chunk(lo: int) -> tuple[Tensor, Tensor]:  # (O_c, L_c) of keys lo .. lo + size - 1
         hi = min(lo + size, num_keys)

@@ -9,6 +9,7 @@ their own against the same oracle. Nothing here is needed to run the layer.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -119,8 +120,10 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
     unsupported = mha.spec.unsupported()  # what the spec computes beyond plain attention
     if unsupported:
         named = ", ".join(unsupported)
-        raise ValueError("nn.MultiheadAttention computes plain causal or full attention (the "
-                         f"mask passed to each call): it has no {named}")  # fmt: skip
+        raise ValueError(
+            "nn.MultiheadAttention computes plain causal or full attention (the "
+            f"mask passed to each call): it has no {named}"
+        )
     if mha.d_in != mha.d_out or mha.out_features != mha.d_out:
         raise ValueError(
             "nn.MultiheadAttention needs d_in == d_out == out_features (its embed_dim), "
@@ -128,9 +131,14 @@ def to_torch_mha(mha: MultiHeadAttention) -> nn.MultiheadAttention:
         )
     weight = mha.W_query.weight
     theirs = nn.MultiheadAttention(
-        mha.d_out, mha.num_heads, dropout=mha.dropout.p, bias=True, batch_first=True,
-        kdim=mha.kdim, vdim=mha.vdim,
-    ).to(device=weight.device, dtype=weight.dtype)  # fmt: skip
+        mha.d_out,
+        mha.num_heads,
+        dropout=mha.dropout.p,
+        bias=True,
+        batch_first=True,
+        kdim=mha.kdim,
+        vdim=mha.vdim,
+    ).to(device=weight.device, dtype=weight.dtype)
     projections = (mha.W_query, mha.W_key, mha.W_value)
     with torch.no_grad():
         weights: list[Tensor] = [p.weight for p in projections]
@@ -269,10 +277,9 @@ def reference_attention(
             scale = 1 / math.sqrt(d) if mha.scale is None else mha.scale
             scores = q[row, head] @ k[row, g].T * scale  # (n, n)
             if mha.score_mods:
-                scores = torch.stack([
-                    torch.stack([modified(scores[i, j], row, head, i, j) for j in range(n)])
-                    for i in range(n)
-                ])  # fmt: skip
+                pairs = itertools.product(range(n), range(n))  # (i, j) row by row
+                cells = [modified(scores[i, j], row, head, i, j) for i, j in pairs]
+                scores = torch.stack(cells).view(n, n)
             scores = scores.masked_fill(~seen, -math.inf)
             if mha.sink_logits is not None:  # one more term: a key with the sink's logit, V 0
                 sink = mha.sink_logits[head].to(x.dtype).expand(n, 1)

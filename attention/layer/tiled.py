@@ -184,8 +184,9 @@ def hidden(bounds: Bounds, q_range: tuple[int, int], k_range: tuple[int, int]) -
     return reach is not None and q_lo - k_hi >= reach and k_lo >= bounds.anchor
 
 
-def _fate(bounds: Bounds, qs: tuple[int, int, bool] | None, ks: tuple[int, int, bool] | None,
-          docs: bool) -> int:  # fmt: skip
+def _fate(
+    bounds: Bounds, qs: tuple[int, int, bool] | None, ks: tuple[int, int, bool] | None, docs: bool
+) -> int:
     """SKIPPED, PARTIAL or FULL for a tile of query positions `qs` and key positions `ks`."""
     if qs is None or ks is None:  # no real query or no real key: nothing to see
         return SKIPPED
@@ -229,9 +230,20 @@ def tile_grid(
                 [0, 1, 1, 0],
                 [0, 0, 1, 1]])
     """
-    problem = _problem(mask, (), None, block_q, block_k, q_positions, k_positions,
-                       q_positions.shape[-1], k_positions.shape[-1], 1, 8,
-                       q_positions.device)  # fmt: skip
+    problem = _problem(
+        mask,
+        (),
+        None,
+        block_q,
+        block_k,
+        q_positions,
+        k_positions,
+        q_positions.shape[-1],
+        k_positions.shape[-1],
+        1,
+        8,
+        q_positions.device,
+    )
     return torch.tensor(_grid(problem, 1), dtype=torch.long)
 
 
@@ -274,8 +286,10 @@ def _modify(problem: _Problem, raw: Tensor, qt: Tokens, kt: Tokens, fate: int) -
 
         s = bind(problem.mods, qt.line, kt.line, raw.shape[0], raw.shape[1])(raw)
         if s.shape != raw.shape:
-            raise ValueError(f"score_mods {list(problem.mods)} must return the scores' shape "
-                             f"{tuple(raw.shape)}, got {tuple(s.shape)}")  # fmt: skip
+            raise ValueError(
+                f"score_mods {list(problem.mods)} must return the scores' shape "
+                f"{tuple(raw.shape)}, got {tuple(s.shape)}"
+            )
     if fate == PARTIAL:  # the mask, evaluated on this tile only: (b or 1, h or 1, tq, tk)
         seen = visible(problem.rule, qt, kt, num_heads=raw.shape[1])
         s = s.masked_fill(~seen, -math.inf)
@@ -335,9 +349,14 @@ def _forward(problem: _Problem, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor
 # ---------------------------------------------------------------------------------------
 
 
-def _tile_grads(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor, delta: Tensor,
-                tiles: tuple[tuple[int, int], tuple[int, int]], fate: int,
-                ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _tile_grads(
+    problem: _Problem,
+    saved: tuple[Tensor, ...],
+    dout: Tensor,
+    delta: Tensor,
+    tiles: tuple[tuple[int, int], tuple[int, int]],
+    fate: int,
+) -> tuple[Tensor, Tensor, Tensor]:
     """One tile's share of the gradients: `(dQ_i, dK_j, dV_j)` from $Q_i, K_j, V_j, L_i, dO_i$.
 
     $$
@@ -372,8 +391,9 @@ def _tile_grads(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor, delt
     return dq, dk, dv.detach()
 
 
-def _backward(problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor,
-              delta: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _backward(
+    problem: _Problem, saved: tuple[Tensor, ...], dout: Tensor, delta: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """dQ, dK, dV: outer loop over key tiles (dK_j, dV_j accumulate), inner over query tiles.
 
     `saved` is $Q, K, V, L$ and `delta` $D$, with $L$ and $D$ over every key: the keys may be
@@ -428,17 +448,28 @@ class FlashAttention(torch.autograd.Function):
 # ---------------------------------------------------------------------------------------
 
 
-def _problem(mask: object, score_mods: object, scale: float | None, block_q: int, block_k: int,
-             q_positions: Positions, k_positions: Positions, num_queries: int, num_keys: int,
-             batch: int, head_dim: int, device: torch.device,
-             ) -> _Problem:  # fmt: skip
+def _problem(
+    mask: object,
+    score_mods: object,
+    scale: float | None,
+    block_q: int,
+    block_k: int,
+    q_positions: Positions,
+    k_positions: Positions,
+    num_queries: int,
+    num_keys: int,
+    batch: int,
+    head_dim: int,
+    device: torch.device,
+) -> _Problem:
     """The arguments checked, by name, and gathered."""
     rule = everything() if mask is None else as_mask(mask)
     mods = as_score_mods(score_mods)
     scale = 1 / math.sqrt(head_dim) if scale is None else check_positive("scale", scale)
     block_q, block_k = check_size("block_q", block_q), check_size("block_k", block_k)
-    q_line, q_docs = positions_line("q_positions", q_positions, num_queries,
-                                    max(num_keys - num_queries, 0), batch, device)  # fmt: skip
+    q_line, q_docs = positions_line(
+        "q_positions", q_positions, num_queries, max(num_keys - num_queries, 0), batch, device
+    )
     k_line, k_docs = positions_line("k_positions", k_positions, num_keys, 0, batch, device)
     return _Problem(rule, mods, scale, block_q, block_k, q_line, k_line, q_docs, k_docs)
 
@@ -491,7 +522,19 @@ def flash_attention(
         True
     """
     check_qkv(q, k, v)
-    problem = _problem(mask, score_mods, scale, block_q, block_k, q_positions, k_positions,
-                       q.shape[2], k.shape[2], q.shape[0], q.shape[-1], q.device)  # fmt: skip
+    problem = _problem(
+        mask,
+        score_mods,
+        scale,
+        block_q,
+        block_k,
+        q_positions,
+        k_positions,
+        q.shape[2],
+        k.shape[2],
+        q.shape[0],
+        q.shape[-1],
+        q.device,
+    )
     out: Tensor = FlashAttention.apply(q, k, v, problem)  # type: ignore[no-untyped-call]
     return out
