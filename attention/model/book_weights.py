@@ -40,8 +40,13 @@ def gpt2_config(settings: Mapping[str, Any], *, drop_rate: float = 0.0) -> dict[
         ...              "n_layer": 12})["emb_dim"]
         768
     """
-    keys = {"n_vocab": "vocab_size", "n_ctx": "context_length", "n_embd": "emb_dim",
-            "n_head": "n_heads", "n_layer": "n_layers"}  # fmt: skip
+    keys = {
+        "n_vocab": "vocab_size",
+        "n_ctx": "context_length",
+        "n_embd": "emb_dim",
+        "n_head": "n_heads",
+        "n_layer": "n_layers",
+    }
     if not isinstance(settings, Mapping):
         raise TypeError(f"settings must be hparams.json's dict, got {type(settings).__name__}")
     missing = [key for key in keys if key not in settings]
@@ -55,8 +60,12 @@ def gpt2_config(settings: Mapping[str, Any], *, drop_rate: float = 0.0) -> dict[
 
 def _book_path(key: str) -> tuple[str | int, ...]:
     """Where the book's `params` keeps Hugging Face's tensor `key`."""
-    top = {"wte.weight": ("wte",), "wpe.weight": ("wpe",), "ln_f.weight": ("g",),
-           "ln_f.bias": ("b",)}  # fmt: skip
+    top = {
+        "wte.weight": ("wte",),
+        "wpe.weight": ("wpe",),
+        "ln_f.weight": ("g",),
+        "ln_f.bias": ("b",),
+    }
     if key in top:
         return top[key]
     _, block, *modules, leaf = key.split(".")  # h, i, attn, c_attn, weight
@@ -180,6 +189,11 @@ def gpt2_to_params(model: GPTModel) -> tuple[dict[str, int], dict[str, Any]]:
         value = read_slot(slot, like).cpu()  # a fresh copy: params share no memory with model
         tree[leaf] = value.float() if value.dtype == torch.bfloat16 else value
     emb_dim = int(like.shape[1])
-    settings = {"n_vocab": model.vocab_size, "n_ctx": model.context_length, "n_embd": emb_dim,
-                "n_head": blocks[0].att.num_heads, "n_layer": len(blocks)}  # fmt: skip
+    settings = {
+        "n_vocab": model.vocab_size,
+        "n_ctx": model.context_length,
+        "n_embd": emb_dim,
+        "n_head": blocks[0].att.num_heads,
+        "n_layer": len(blocks),
+    }
     return settings, params

@@ -112,8 +112,10 @@ class StaticDecode:
         first, model = self.caches[0], self.model
         if model.pos_emb is not None and first.length >= model.context_length:
             limit = model.context_length
-            raise ValueError(f"the caches hold {first.length} tokens: a model with learned "
-                             f"positions takes at most context_length={limit}")  # fmt: skip
+            raise ValueError(
+                f"the caches hold {first.length} tokens: a model with learned "
+                f"positions takes at most context_length={limit}"
+            )
         self._check_token(token)
         self.token.copy_(token)
         if not self.graph_on:
@@ -137,13 +139,22 @@ class StaticDecode:
         wait for a device: on the CPU); `copy_` would broadcast a `(1, 1)` to every row and
         truncate float ids silently."""
         want = tuple(self.token.shape)
-        if not (isinstance(token, Tensor) and tuple(token.shape) == want
-                and not token.is_floating_point() and not token.is_complex()
-                and token.dtype != torch.bool):  # fmt: skip
-            got = (f"{token.dtype} {tuple(token.shape)}" if isinstance(token, Tensor)
-                   else type(token).__name__)  # fmt: skip
-            raise ValueError(f"token must be integer ids of shape (batch_size, 1) = {want}, "
-                             f"one per row, got {got}")  # fmt: skip
+        if not (
+            isinstance(token, Tensor)
+            and tuple(token.shape) == want
+            and not token.is_floating_point()
+            and not token.is_complex()
+            and token.dtype != torch.bool
+        ):
+            got = (
+                f"{token.dtype} {tuple(token.shape)}"
+                if isinstance(token, Tensor)
+                else type(token).__name__
+            )
+            raise ValueError(
+                f"token must be integer ids of shape (batch_size, 1) = {want}, "
+                f"one per row, got {got}"
+            )
         embedding = getattr(self.model, "tok_emb", None)
         if token.device.type == "cpu" and isinstance(embedding, torch.nn.Embedding):
             check_ids(token, "token", embedding.num_embeddings)

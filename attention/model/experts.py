@@ -106,10 +106,18 @@ class Router(nn.Module):
     """
 
     def __init__(
-        self, emb_dim: int, num_experts: int, top_k: int, *, scoring: str = "softmax",
-        normalize: bool = True, groups: int = 1, topk_group: int = 1, scale: float = 1.0,
+        self,
+        emb_dim: int,
+        num_experts: int,
+        top_k: int,
+        *,
+        scoring: str = "softmax",
+        normalize: bool = True,
+        groups: int = 1,
+        topk_group: int = 1,
+        scale: float = 1.0,
         choice_bias: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.num_experts = check_size("num_experts", num_experts)
         self.top_k = check_size("top_k", top_k)
@@ -123,16 +131,20 @@ class Router(nn.Module):
                 f"groups, got groups={groups}, topk_group={topk_group}"
             )
         if top_k > num_experts // groups * topk_group:
-            raise ValueError(f"top_k must be at most num_experts={num_experts} (of the "
-                             f"groups a token keeps: {num_experts // groups * topk_group}), "
-                             f"got {top_k}")  # fmt: skip
+            raise ValueError(
+                f"top_k must be at most num_experts={num_experts} (of the "
+                f"groups a token keeps: {num_experts // groups * topk_group}), "
+                f"got {top_k}"
+            )
         self.scoring, self.normalize = scoring, check_flag("normalize", normalize)
         self.scale = check_positive("scale", scale)
         self.weight = nn.Parameter(torch.empty(num_experts, check_size("emb_dim", emb_dim)))
         nn.init.normal_(self.weight, std=emb_dim**-0.5)
         self.e_score_correction_bias: Tensor | None
-        self.register_buffer("e_score_correction_bias", torch.zeros(num_experts)
-                             if check_flag("choice_bias", choice_bias) else None)  # fmt: skip
+        self.register_buffer(
+            "e_score_correction_bias",
+            torch.zeros(num_experts) if check_flag("choice_bias", choice_bias) else None,
+        )
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Tokens `x` `(n, D)` -> their experts' weights $w$ (in `x`'s dtype) and indices,
@@ -140,8 +152,9 @@ class Router(nn.Module):
         close scores does not hang on bfloat16's rounding."""
         check_input(x, self.weight.shape[1], batched=False, like=self.weight)
         if x.ndim != 2:
-            raise ValueError(f"x must be (num_tokens, emb_dim={self.weight.shape[1]}), got "
-                             f"{tuple(x.shape)}")  # fmt: skip
+            raise ValueError(
+                f"x must be (num_tokens, emb_dim={self.weight.shape[1]}), got {tuple(x.shape)}"
+            )
         wide = torch.promote_types(x.dtype, torch.float32)
         logits = F.linear(x.to(wide), self.weight.to(wide))  # W_r x            (n, E)
         scores = logits.softmax(-1) if self.scoring == "softmax" else logits.sigmoid()
@@ -162,8 +175,10 @@ class Router(nn.Module):
 
     def extra_repr(self) -> str:
         groups = f", {self.topk_group} of {self.groups} groups" if self.groups > 1 else ""
-        return (f"{self.num_experts} experts, top_k={self.top_k}, {self.scoring}, "
-                f"normalize={self.normalize}{groups}")  # fmt: skip
+        return (
+            f"{self.num_experts} experts, top_k={self.top_k}, {self.scoring}, "
+            f"normalize={self.normalize}{groups}"
+        )
 
 
 class MixtureOfExperts(nn.Module):
@@ -236,8 +251,11 @@ class MixtureOfExperts(nn.Module):
         for expert in chosen.unique().tolist():  # only the experts some token chose run
             rows, slot = (chosen == expert).nonzero(as_tuple=True)  # its tokens, their slot
             w = weights[rows, slot, None]  # (m, 1)
-            routed = (self.experts.run(expert, flat[rows] * w) if self.scale_input  # E_e(w x)
-                      else self.experts.run(expert, flat[rows]) * w)  # w E_e(x)  # fmt: skip
+            routed = (
+                self.experts.run(expert, flat[rows] * w)
+                if self.scale_input  # E_e(w x)
+                else self.experts.run(expert, flat[rows]) * w
+            )  # w E_e(x)
             out = out.index_add(0, rows, routed)  # y += w_e E_e(x)
         if self.shared_expert is not None:
             shared: Tensor = self.shared_expert(flat)  # (n, D), every token
@@ -269,6 +287,8 @@ def _check_shared(expert: nn.Module | None, emb_dim: int) -> nn.Module | None:
     except (RuntimeError, ValueError, TypeError) as error:
         got = f"an error: {error}"
     if got != (1, emb_dim):
-        raise ValueError(f"shared_expert must map (n, emb_dim={emb_dim}) to (n, {emb_dim}); on "
-                         f"(1, {emb_dim}) it gave {got}")  # fmt: skip
+        raise ValueError(
+            f"shared_expert must map (n, emb_dim={emb_dim}) to (n, {emb_dim}); on "
+            f"(1, {emb_dim}) it gave {got}"
+        )
     return expert

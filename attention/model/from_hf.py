@@ -70,8 +70,7 @@ returns the package's layer with its weights."""
 _DENSE = {"gate_proj", "up_proj", "down_proj"}
 _MIXTURE = ("gate", "router", "experts", "shared_expert", "shared_expert_gate", "shared_experts")
 _SHARED = ("shared_expert", "shared_experts")  # Qwen's name, DeepSeek-V3's
-_RENAMED = tuple((f".{ours}.", f".{theirs}.")
-                 for ours, theirs in [_SHARED, ("gate", "router")])  # fmt: skip
+_RENAMED = tuple((f".{ours}.", f".{theirs}.") for ours, theirs in [_SHARED, ("gate", "router")])
 """Our name in a feed-forward's state -> another family's: DeepSeek-V3's shared experts,
 Llama 4's router."""
 
@@ -131,16 +130,26 @@ def from_hf(hf_model: nn.Module, *, check: bool = True) -> LlamaModel | nn.Modul
     head: Any = getattr(hf_model, "get_output_embeddings")()  # noqa: B009
     tied = head is not None and head.weight is embedding.weight
     scale = getattr(embedding, "embed_scale", None)
-    context = next((att.context_length for att in layers if isinstance(att, MultiHeadAttention)),
-                   settings.get("max_position_embeddings", 2048))  # fmt: skip
+    context = next(
+        (att.context_length for att in layers if isinstance(att, MultiHeadAttention)),
+        settings.get("max_position_embeddings", 2048),
+    )
     width = _dense_width(state, settings, n_layers)
-    cfg = {"vocab_size": settings["vocab_size"], "context_length": context,
-           "emb_dim": settings["hidden_size"], "hidden_dim": width,
-           "n_layers": n_layers, "layers": layers, "act": _activation(settings),
-           "norm_eps": settings.get("rms_norm_eps") or 1e-6, "norms": placement,
-           "tie_embeddings": tied, "embed_scale": None if scale is None else float(scale),
-           "final_softcap": settings.get("final_logit_softcapping"),
-           "experts": [_experts(hf_model, state, i) for i in range(n_layers)]}  # fmt: skip
+    cfg = {
+        "vocab_size": settings["vocab_size"],
+        "context_length": context,
+        "emb_dim": settings["hidden_size"],
+        "hidden_dim": width,
+        "n_layers": n_layers,
+        "layers": layers,
+        "act": _activation(settings),
+        "norm_eps": settings.get("rms_norm_eps") or 1e-6,
+        "norms": placement,
+        "tie_embeddings": tied,
+        "embed_scale": None if scale is None else float(scale),
+        "final_softcap": settings.get("final_logit_softcapping"),
+        "experts": [_experts(hf_model, state, i) for i in range(n_layers)],
+    }
     like = next(layers[0].parameters())
     model = LlamaModel(cfg).to(dtype=like.dtype, device=like.device).eval()
     _copy(model, state, names, n_layers, tied)
@@ -179,8 +188,9 @@ def _attention(
 
 def _refuse(settings: Mapping[str, Any]) -> None:
     """Refuse, by name, a model-level setting that the package's model does not apply."""
-    found = [f"{key}={settings[key]!r}" for key in MULTIPLIERS
-             if settings.get(key) not in (None, 1, 1.0)]  # fmt: skip
+    found = [
+        f"{key}={settings[key]!r}" for key in MULTIPLIERS if settings.get(key) not in (None, 1, 1.0)
+    ]
     if settings.get("mlp_bias"):
         found.append("mlp_bias=True")
     if found:
@@ -218,8 +228,10 @@ def _experts(hf_model: nn.Module, state: Mapping[str, Tensor], i: int) -> dict[s
     module = hf_model.get_submodule(prefix[:-1])
     router = getattr(module, "gate", getattr(module, "router", None))
     experts = getattr(module, "experts", None)
-    weights = [getattr(part, name, None) for part, name in (
-        (router, "weight"), (experts, "gate_up_proj"), (experts, "down_proj"))]  # fmt: skip
+    weights = [
+        getattr(part, name, None)
+        for part, name in ((router, "weight"), (experts, "gate_up_proj"), (experts, "down_proj"))
+    ]
     one_router = len({"gate", "router"} & parts) == 1
     known = one_router and "experts" in parts and parts <= set(_MIXTURE)
     if not known or not all(isinstance(w, Tensor) for w in weights):
@@ -232,13 +244,23 @@ def _experts(hf_model: nn.Module, state: Mapping[str, Tensor], i: int) -> dict[s
     up = weights[1].shape  # type: ignore[union-attr]
     # (E, 2H, D), or Llama 4's (E, D, 2H): its experts multiply x by the weight, not by its T
     hidden = up[2] // 2 if routing.get("scale_input") else up[1] // 2
-    shared = next((state[prefix + f"{name}.gate_proj.weight"] for name in _SHARED
-                   if prefix + f"{name}.gate_proj.weight" in state), None)  # fmt: skip
-    return {"num_experts": int(up[0]), "top_k": int(getattr(router, "top_k", 0)),
-            "hidden_dim": int(hidden), **routing,
-            "shared_dim": None if shared is None or not shared.numel() else int(shared.shape[0]),
-            "shared_gate": "shared_expert_gate" in parts and bool(shared is not None
-                                                                  and shared.numel())}  # fmt: skip
+    shared = next(
+        (
+            state[prefix + f"{name}.gate_proj.weight"]
+            for name in _SHARED
+            if prefix + f"{name}.gate_proj.weight" in state
+        ),
+        None,
+    )
+    return {
+        "num_experts": int(up[0]),
+        "top_k": int(getattr(router, "top_k", 0)),
+        "hidden_dim": int(hidden),
+        **routing,
+        "shared_dim": None if shared is None or not shared.numel() else int(shared.shape[0]),
+        "shared_gate": "shared_expert_gate" in parts
+        and bool(shared is not None and shared.numel()),
+    }
 
 
 def _adds_nothing(state: Mapping[str, Tensor], key: str) -> bool:
@@ -266,11 +288,16 @@ def _routing(router: nn.Module, i: int) -> dict[str, Any]:
         out = hf(x)
     if hasattr(hf, "routed_scaling_factor") or hasattr(hf, "e_score_correction_bias"):
         bias = getattr(hf, "e_score_correction_bias", None)
-        candidates = [{"scoring": "sigmoid", "normalize": bool(hf.norm_topk_prob),
-                       "groups": int(getattr(hf, "num_group", getattr(hf, "n_group", 1))),
-                       "topk_group": int(hf.topk_group),
-                       "scale": float(getattr(hf, "routed_scaling_factor", 1.0)),
-                       "choice_bias": bias is not None}]  # fmt: skip
+        candidates = [
+            {
+                "scoring": "sigmoid",
+                "normalize": bool(hf.norm_topk_prob),
+                "groups": int(getattr(hf, "num_group", getattr(hf, "n_group", 1))),
+                "topk_group": int(hf.topk_group),
+                "scale": float(getattr(hf, "routed_scaling_factor", 1.0)),
+                "choice_bias": bias is not None,
+            }
+        ]
     elif isinstance(out, tuple) and len(out) == 2:  # Llama 4: (each expert's weight, logits)
         candidates = [{"scoring": "sigmoid", "normalize": False, "scale_input": True}]
     else:
@@ -358,8 +385,9 @@ def _gain_offset(module: nn.Module) -> float:
 def _with_gains(hf_model: nn.Module, state: dict[str, Tensor]) -> dict[str, Tensor]:
     """`state` with every norm's gain as the package's `RMSNorm` applies it (Gemma's 1 + g)."""
     offsets: dict[type, float] = {}
-    loaded = tuple(f"{name}." for name, module in hf_model.named_modules()
-                   if type(module).__name__ in MODULES)  # fmt: skip
+    loaded = tuple(
+        f"{name}." for name, module in hf_model.named_modules() if type(module).__name__ in MODULES
+    )
     for name, module in hf_model.named_modules():
         key = f"{name}.weight"
         if "norm" not in name.rsplit(".", 1)[-1] or key not in state or key.startswith(loaded):
@@ -375,9 +403,13 @@ def _with_gains(hf_model: nn.Module, state: dict[str, Tensor]) -> dict[str, Tens
 def _placement(state: Mapping[str, Tensor]) -> tuple[str, dict[str, str]]:
     """The block's norm placement, from the norms decoder layer 0 has."""
     prefix = "model.layers.0."
-    norms = tuple(sorted(
-        key.removeprefix(prefix).removesuffix(".weight") for key in state
-        if key.startswith(prefix) and key.count(".") == 4 and "norm" in key))  # fmt: skip
+    norms = tuple(
+        sorted(
+            key.removeprefix(prefix).removesuffix(".weight")
+            for key in state
+            if key.startswith(prefix) and key.count(".") == 4 and "norm" in key
+        )
+    )
     if norms not in _PLACEMENTS:
         raise ValueError(
             f"the decoder layers' norms {list(norms)} are none of the placements from_hf "
@@ -387,9 +419,12 @@ def _placement(state: Mapping[str, Tensor]) -> tuple[str, dict[str, str]]:
 
 
 def _copy(
-    model: LlamaModel, state: Mapping[str, Tensor], names: Mapping[str, str], n_layers: int,
+    model: LlamaModel,
+    state: Mapping[str, Tensor],
+    names: Mapping[str, str],
+    n_layers: int,
     tied: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Copy every tensor besides the attention's into `model`; refuse any left unread."""
     ours = model.state_dict(keep_vars=True)
     pairs = {
@@ -412,8 +447,14 @@ def _copy(
             if getattr(ff, "scale_input", False) and name.startswith("experts."):
                 transposed.add(hf)  # Llama 4's experts: (E, D, 2H) and (E, H, D)
     read = set(pairs) | {"lm_head.weight"} if tied else set(pairs)
-    unread = sorted(key for key in state if key not in read and ".self_attn." not in key
-                    and ".linear_attn." not in key and not _adds_nothing(state, key))  # fmt: skip
+    unread = sorted(
+        key
+        for key in state
+        if key not in read
+        and ".self_attn." not in key
+        and ".linear_attn." not in key
+        and not _adds_nothing(state, key)
+    )
     missing = sorted(key for key in pairs if key not in state)
     if unread or missing:
         raise ValueError(

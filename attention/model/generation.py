@@ -39,7 +39,6 @@ Examples:
 from __future__ import annotations
 
 import functools
-import math
 import numbers
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from torch import Tensor, nn
 from attention.checks import check_flag, check_ids, check_size
 from attention.model.decode import StaticDecode, supports_static
 from attention.model.gpt import GPTModel, check_attention_mask
+from attention.model.sampling import Sampling, check_sampling
 
 __all__ = ["generate", "generate_text_simple", "pad_prompts", "stream"]
 
@@ -108,14 +108,17 @@ def pad_prompts(
                 [0, 0, 1]])
     """
     if isinstance(prompts, Tensor | str) or not isinstance(prompts, Sequence) or not prompts:
-        raise TypeError(f"prompts must be a non-empty list of token-id sequences, got "
-                        f"{prompts!r:.60}")  # fmt: skip
+        raise TypeError(
+            f"prompts must be a non-empty list of token-id sequences, got {prompts!r:.60}"
+        )
     check_size("pad_id", pad_id, minimum=0)
     rows = [check_ids(p, f"prompts[{i}]") for i, p in enumerate(prompts)]
     for i, row in enumerate(rows):
         if row.ndim != 1 or row.numel() == 0:
-            raise ValueError(f"prompts[{i}] must be a 1-D sequence of at least one token id, "
-                             f"got shape {tuple(row.shape)}")  # fmt: skip
+            raise ValueError(
+                f"prompts[{i}] must be a 1-D sequence of at least one token id, "
+                f"got shape {tuple(row.shape)}"
+            )
         if int(row.min()) < 0:
             raise ValueError(f"prompts[{i}] must hold ids >= 0, got {int(row.min())}")
     longest = max(row.numel() for row in rows)
@@ -125,52 +128,6 @@ def pad_prompts(
         idx[i, longest - row.numel() :] = row
         attention_mask[i, longest - row.numel() :] = 1
     return idx, attention_mask
-
-
-@dataclass(frozen=True)
-class _Sampling:
-    """How the next token is chosen from the last position's logits."""
-
-    temperature: float = 0.0
-    top_k: int | None = None
-    top_p: float | None = None
-    generator: torch.Generator | tuple[torch.Generator, ...] | None = None
-
-    def next_token(self, logits: Tensor) -> Tensor:
-        """`(b, vocab)` -> `(b, 1)`: greedy at temperature 0, else a draw."""
-        # 0, or too small to divide float32 by (the draw's dtype, whatever the model's): the
-        # limit of softmax(z / tau) as tau -> 0 is the argmax, greedy
-        if self.temperature < torch.finfo(torch.float32).tiny:
-            return torch.argmax(logits, dim=-1, keepdim=True)  # (b, 1): greedy
-        # Drawn in float32 whatever the model's dtype, as Hugging Face's generate draws: on
-        # CUDA, torch.multinomial's exponential draws depend on the dtype (float64 takes
-        # other random numbers than float32), so one seed gives the same tokens either way.
-        logits = logits.float()
-        # z / tau, less its max: a tiny temperature then gives 0 and -inf, never inf - inf
-        logits = (logits - logits.max(dim=-1, keepdim=True).values) / self.temperature
-        if self.top_k is not None and self.top_k < logits.shape[-1]:
-            kth = torch.topk(logits, self.top_k).values[:, -1:]  # (b, 1): the k-th highest
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        if self.top_p is not None and self.top_p < 1.0:
-            logits = _nucleus(logits, self.top_p)
-        probs = torch.softmax(logits, dim=-1)  # (b, vocab)
-        if not isinstance(self.generator, tuple):  # one generator (or the global one)
-            return torch.multinomial(probs, num_samples=1, generator=self.generator)
-        return torch.cat([torch.multinomial(row[None], 1, generator=gen)
-                          for row, gen in zip(probs, self.generator, strict=True)])  # fmt: skip
-
-
-def _nucleus(logits: Tensor, top_p: float) -> Tensor:
-    """Keep the most likely tokens whose probabilities first reach `top_p` (at least one).
-
-    As Hugging Face's `TopPLogitsWarper`: sorted from least likely, a token goes while the
-    probability up to and including it is at most `1 - top_p`.
-    """
-    sorted_logits, order = torch.sort(logits, descending=False)  # (b, vocab)
-    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-    drop = cumulative <= 1 - top_p
-    drop[:, -1] = False  # the most likely token always stays
-    return logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
 
 
 @dataclass(frozen=True)
@@ -207,8 +164,9 @@ class _Batch:
             more = min(self.ids.shape[1], self.limit - self.length)
             self.ids = torch.cat((self.ids, self.ids.new_empty(self.ids.shape[0], more)), dim=1)
             if self.mask is not None:
-                self.mask = torch.cat((self.mask, self.mask.new_ones(self.mask.shape[0], more)),
-                                      dim=1)  # fmt: skip
+                self.mask = torch.cat(
+                    (self.mask, self.mask.new_ones(self.mask.shape[0], more)), dim=1
+                )
         self.ids[:, self.length : self.length + 1] = token
         self.length += 1
 
@@ -287,9 +245,12 @@ class _Cached:
             ids, mask = self.batch.last(limit)
             for lo in range(0, ids.shape[1], self.model.context_length):  # each call fits
                 hi = lo + self.model.context_length
-                logits = self.model.logits(ids[:, lo:hi], self.caches, last_only=True,
-                                           attention_mask=None if mask is None
-                                           else mask[:, lo:hi])  # fmt: skip
+                logits = self.model.logits(
+                    ids[:, lo:hi],
+                    self.caches,
+                    last_only=True,
+                    attention_mask=None if mask is None else mask[:, lo:hi],
+                )
             return logits[:, -1]  # (b, vocab)
         if self.static:  # decode, static shapes, until the caches are full (then: refill)
             if self.decoder is None:
@@ -364,9 +325,21 @@ def generate(
         TypeError: `model` is not a `GPTModel`, or an argument of the wrong type.
         ValueError: an argument out of range, named in the message.
     """
-    ids, tokens = _prepare(model, idx, max_new_tokens, context_size, temperature, top_k,
-                           eos_id, use_cache, attention_mask, top_p, generator, pad_id,
-                           static)  # fmt: skip
+    ids, tokens = _prepare(
+        model,
+        idx,
+        max_new_tokens,
+        context_size,
+        temperature,
+        top_k,
+        eos_id,
+        use_cache,
+        attention_mask,
+        top_p,
+        generator,
+        pad_id,
+        static,
+    )
     new = list(tokens)
     return torch.cat([ids, *new], dim=1) if new else ids
 
@@ -408,8 +381,21 @@ def stream(
         >>> torch.equal(torch.cat([prompt, *tokens], 1), generate(model, prompt, 4))
         True
     """
-    return _prepare(model, idx, max_new_tokens, context_size, temperature, top_k, eos_id,
-                    use_cache, attention_mask, top_p, generator, pad_id, static)[1]  # fmt: skip
+    return _prepare(
+        model,
+        idx,
+        max_new_tokens,
+        context_size,
+        temperature,
+        top_k,
+        eos_id,
+        use_cache,
+        attention_mask,
+        top_p,
+        generator,
+        pad_id,
+        static,
+    )[1]
 
 
 def _prepare(
@@ -435,7 +421,7 @@ def _prepare(
     max_new_tokens = check_size("max_new_tokens", max_new_tokens, minimum=0)
     context_size = model.context_length if context_size is None else context_size
     context_size = check_size("context_size", context_size)
-    sampling = _check_sampling(model, ids.shape[0], temperature, top_k, top_p, generator)
+    sampling = check_sampling(model, ids.shape[0], temperature, top_k, top_p, generator)
     stops = _check_stops(model, eos_id, pad_id)
     check_flag("use_cache", use_cache)
     static = _check_static(model, static)
@@ -444,9 +430,10 @@ def _prepare(
     batch = _Batch(ids, mask, max_new_tokens)
     context_size = min(context_size, model.context_length)
     step: _Cached | _Uncached = (
-        _Cached(model, batch, context_size, static) if use_cache
+        _Cached(model, batch, context_size, static)
+        if use_cache
         else _Uncached(model, batch, context_size)
-    )  # fmt: skip
+    )
     return ids, _run(model, batch, max_new_tokens, step, sampling, stops)
 
 
@@ -456,10 +443,12 @@ def _check_static(model: GPTModel, static: object) -> bool:
         return model.tok_emb.weight.device.type == "cuda" and supports_static(model)
     check_flag("static", static)
     if static and not supports_static(model):
-        raise ValueError("static=True: this model has a linear-attention layer (its state "
-                         "has no static step) or, on CUDA, a score modifier without an "
-                         "additive form (a soft cap), which takes FlexAttention, not a CUDA "
-                         "graph; pass static=False")  # fmt: skip
+        raise ValueError(
+            "static=True: this model has a linear-attention layer (its state "
+            "has no static step) or, on CUDA, a score modifier without an "
+            "additive form (a soft cap), which takes FlexAttention, not a CUDA "
+            "graph; pass static=False"
+        )
     return bool(static)
 
 
@@ -468,7 +457,7 @@ def _run(
     batch: _Batch,
     max_new_tokens: int,
     step: _Cached | _Uncached,
-    sampling: _Sampling,
+    sampling: Sampling,
     stops: _Stops,
 ) -> Iterator[Tensor]:
     """The loop: logits, choose, append, yield; until the limit or every row has ended.
@@ -513,52 +502,6 @@ def _check_mask(model: GPTModel, attention_mask: object, ids: Tensor) -> Tensor 
     return mask
 
 
-def _check_sampling(
-    model: GPTModel,
-    batch_size: int,
-    temperature: object,
-    top_k: object,
-    top_p: object,
-    generator: object,
-) -> _Sampling:
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise TypeError(f"temperature must be a number >= 0, got {temperature!r:.40}")
-    tau = float(temperature)
-    if not (math.isfinite(tau) and tau >= 0.0):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    k = None if top_k is None else check_size("top_k", top_k)
-    p = None
-    if top_p is not None:
-        if isinstance(top_p, bool) or not isinstance(top_p, numbers.Real):
-            raise TypeError(f"top_p must be a number in (0, 1], got {top_p!r:.40}")
-        p = float(top_p)
-        if not 0.0 < p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
-    gens = _check_generator(generator, batch_size, model.tok_emb.weight.device)
-    return _Sampling(tau, k, p, gens)
-
-
-def _check_generator(
-    generator: object, batch_size: int, device: torch.device
-) -> torch.Generator | tuple[torch.Generator, ...] | None:
-    if generator is None:
-        return None
-    gens = (generator,) if isinstance(generator, torch.Generator) else generator
-    if not isinstance(gens, Sequence) or not all(isinstance(g, torch.Generator) for g in gens):
-        raise TypeError(f"generator must be a torch.Generator or a list of one per row, got "
-                        f"{generator!r:.60}")  # fmt: skip
-    for g in gens:
-        if g.device.type != device.type:
-            raise ValueError(f"generator must be on the model's device ({device.type}), got "
-                             f"one on {g.device.type}")  # fmt: skip
-    if isinstance(generator, torch.Generator):
-        return generator
-    if len(gens) != batch_size:
-        raise ValueError(f"generator must be one torch.Generator per row: {batch_size} rows, "
-                         f"got {len(gens)}")  # fmt: skip
-    return tuple(gens)
-
-
 def _check_stops(model: GPTModel, eos_id: object, pad_id: object) -> _Stops:
     device = model.tok_emb.weight.device
     if isinstance(eos_id, Tensor) and not eos_id.is_floating_point() and eos_id.ndim <= 1:
@@ -581,6 +524,8 @@ def _check_vocab_id(model: GPTModel, name: str, value: object) -> int:
         raise TypeError(f"{name} must be a token id ({kind}), got {value!r:.40}")
     value = int(value)
     if not 0 <= value < model.vocab_size:
-        raise ValueError(f"{name} must be in 0 .. {model.vocab_size - 1} (vocab_size="
-                         f"{model.vocab_size}), got {value}")  # fmt: skip
+        raise ValueError(
+            f"{name} must be in 0 .. {model.vocab_size - 1} (vocab_size="
+            f"{model.vocab_size}), got {value}"
+        )
     return value

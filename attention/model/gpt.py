@@ -81,8 +81,15 @@ GPT_CONFIG_124M: dict[str, Any] = {
 }
 """The book's configuration of the smallest GPT-2 (163 million parameters, untied output)."""
 
-_REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers", "drop_rate",
-             "qkv_bias")  # fmt: skip
+_REQUIRED = (
+    "vocab_size",
+    "context_length",
+    "emb_dim",
+    "n_heads",
+    "n_layers",
+    "drop_rate",
+    "qkv_bias",
+)
 _OPTIONAL = ("n_kv_heads", "rope_base", "window", "sinks")
 
 
@@ -158,12 +165,18 @@ class TransformerBlock(nn.Module):
         super().__init__()
         rope_base = cfg.get("rope_base")
         self.att = MultiHeadAttention(
-            d_in=cfg["emb_dim"], d_out=cfg["emb_dim"], context_length=cfg["context_length"],
-            num_heads=cfg["n_heads"], dropout=cfg["drop_rate"], qkv_bias=cfg["qkv_bias"],
-            num_kv_heads=cfg.get("n_kv_heads"), window=cfg.get("window"),
-            rope=rope_base is not None, rope_base=10000.0 if rope_base is None else rope_base,
+            d_in=cfg["emb_dim"],
+            d_out=cfg["emb_dim"],
+            context_length=cfg["context_length"],
+            num_heads=cfg["n_heads"],
+            dropout=cfg["drop_rate"],
+            qkv_bias=cfg["qkv_bias"],
+            num_kv_heads=cfg.get("n_kv_heads"),
+            window=cfg.get("window"),
+            rope=rope_base is not None,
+            rope_base=10000.0 if rope_base is None else rope_base,
             sinks=cfg.get("sinks", 0),
-        )  # fmt: skip
+        )
         self.ff = FeedForward(cfg)
         self.norm1 = LayerNorm(cfg["emb_dim"])
         self.norm2 = LayerNorm(cfg["emb_dim"])
@@ -190,8 +203,14 @@ class TransformerBlock(nn.Module):
         shortcut = x
         record = self.record  # GPTModel.attention_weights: the explicit path, weights kept
         if record is None:
-            x = self.att(self.norm1(x), padded, cache=cache, document_ids=documents,
-                         positions=positions, angles=angles)  # fmt: skip
+            x = self.att(
+                self.norm1(x),
+                padded,
+                cache=cache,
+                document_ids=documents,
+                positions=positions,
+                angles=angles,
+            )
         else:
             x, weights = self.att(
                 self.norm1(x),
@@ -241,9 +260,10 @@ class GPTModel(nn.Module):
         self.vocab_size = cfg["vocab_size"]
         self.tok_emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
         self.pos_emb = (
-            None if cfg.get("rope_base") is not None
+            None
+            if cfg.get("rope_base") is not None
             else nn.Embedding(cfg["context_length"], cfg["emb_dim"])
-        )  # fmt: skip
+        )
         self.drop_emb = nn.Dropout(cfg["drop_rate"])
         self.trf_blocks = nn.Sequential(*[TransformerBlock(cfg) for _ in range(cfg["n_layers"])])
         self.final_norm = LayerNorm(cfg["emb_dim"])
@@ -295,8 +315,10 @@ class GPTModel(nn.Module):
             raise ValueError(f"in_idx must be (batch, num_tokens), got {tuple(in_idx.shape)}")
         self._check_caches(caches, in_idx.shape[1])
         if caches is not None and caches[0].batch_size != in_idx.shape[0]:
-            raise ValueError(f"caches were made for batch_size={caches[0].batch_size}, got a "
-                             f"batch of {in_idx.shape[0]}")  # fmt: skip
+            raise ValueError(
+                f"caches were made for batch_size={caches[0].batch_size}, got a "
+                f"batch of {in_idx.shape[0]}"
+            )
         if attention_mask is not None:
             attention_mask = check_attention_mask(attention_mask, in_idx.shape, in_idx.device)
         if document_ids is not None:
@@ -304,8 +326,7 @@ class GPTModel(nn.Module):
                 raise ValueError("document_ids: give them without caches and attention_mask")
             batch, num_tokens = in_idx.shape
             check_documents(document_ids, batch, num_tokens, in_idx.device)
-        return self.logits(in_idx, caches, attention_mask=attention_mask,
-                           document_ids=document_ids)  # fmt: skip
+        return self.logits(in_idx, caches, attention_mask=attention_mask, document_ids=document_ids)
 
     def attention_weights(
         self,
@@ -337,13 +358,17 @@ class GPTModel(nn.Module):
     def _check_caches(self, caches: list[KVCache] | None, num_tokens: int) -> None:
         if caches is None:
             if num_tokens > self.context_length:
-                raise ValueError(f"0 cached + {num_tokens} new tokens is longer than "
-                                 f"context_length={self.context_length}")  # fmt: skip
+                raise ValueError(
+                    f"0 cached + {num_tokens} new tokens is longer than "
+                    f"context_length={self.context_length}"
+                )
             return
         blocks = self.blocks
         if not isinstance(caches, list | tuple) or len(caches) != len(blocks):
-            raise ValueError(f"caches must be a list of one KVCache per block ({len(blocks)}), "
-                             f"got {caches!r:.60}")  # fmt: skip
+            raise ValueError(
+                f"caches must be a list of one KVCache per block ({len(blocks)}), "
+                f"got {caches!r:.60}"
+            )
         if not all(isinstance(cache, KVCache | GatedDeltaState | LinearCache) for cache in caches):
             kinds = [type(cache).__name__ for cache in caches]
             raise TypeError(
@@ -351,14 +376,18 @@ class GPTModel(nn.Module):
                 f"state, GatedDeltaState or LinearCache; from init_caches), got {kinds}"
             )
         if len({id(cache) for cache in caches}) != len(caches):
-            raise ValueError("caches must be distinct KVCache objects, one per block (from "
-                             "init_caches); got the same cache for several blocks")  # fmt: skip
+            raise ValueError(
+                "caches must be distinct KVCache objects, one per block (from "
+                "init_caches); got the same cache for several blocks"
+            )
         for block, cache in zip(blocks, caches, strict=True):
             block.att.check_cache(cache, caches[0].batch_size, num_tokens)
         start = caches[0].length
         if any(cache.length != start for cache in caches):
-            raise ValueError("caches must hold the same tokens: one sequence per row, every "
-                             f"block; got lengths {[c.length for c in caches]}")  # fmt: skip
+            raise ValueError(
+                "caches must hold the same tokens: one sequence per row, every "
+                f"block; got lengths {[c.length for c in caches]}"
+            )
         if not self.unbounded and start + num_tokens > self.context_length:
             raise ValueError(
                 f"{start} cached + {num_tokens} new tokens is longer than "
@@ -413,8 +442,14 @@ class GPTModel(nn.Module):
         if self.rotary is not None:
             angles = self.rotary.of(tokens, x.dtype)
         for i, block in enumerate(self.trf_blocks):
-            x = block(x, None if caches is None else caches[i], padded=pad,
-                      documents=document_ids, positions=positions, angles=angles)  # fmt: skip
+            x = block(
+                x,
+                None if caches is None else caches[i],
+                padded=pad,
+                documents=document_ids,
+                positions=positions,
+                angles=angles,
+            )
         if last_only:
             x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)
@@ -446,8 +481,10 @@ class GPTModel(nn.Module):
         if max_tokens is not None:
             check_size("max_tokens", max_tokens)
         blocks = self.blocks
-        return [block.att.init_cache(batch_size, None if block.att.window is not None
-                                     else max_tokens) for block in blocks]  # fmt: skip
+        return [
+            block.att.init_cache(batch_size, None if block.att.window is not None else max_tokens)
+            for block in blocks
+        ]
 
     @property
     def unbounded(self) -> bool:
@@ -480,16 +517,21 @@ def check_attention_mask(mask: object, shape: Size, device: torch.device) -> Ten
     """
     mask = check_tensor("attention_mask", mask)
     if mask.shape != shape:
-        raise ValueError(f"attention_mask must have the ids' shape {tuple(shape)}, got "
-                         f"{tuple(mask.shape)}")  # fmt: skip
+        raise ValueError(
+            f"attention_mask must have the ids' shape {tuple(shape)}, got {tuple(mask.shape)}"
+        )
     if mask.is_floating_point() or mask.is_complex():
-        raise TypeError(f"attention_mask must be bool or integer (1 = token, 0 = padding), "
-                        f"got dtype {mask.dtype}")  # fmt: skip
+        raise TypeError(
+            f"attention_mask must be bool or integer (1 = token, 0 = padding), "
+            f"got dtype {mask.dtype}"
+        )
     if mask.device != device:
         raise ValueError(f"attention_mask must be on the ids' device {device}, got {mask.device}")
     if mask.dtype != torch.bool and mask.numel():
         low, high = (int(v) for v in torch.aminmax(mask))
         if low < 0 or high > 1:
-            raise ValueError("attention_mask must hold only 0 (padding) and 1 (a token), got "
-                             f"{low if low < 0 else high}")  # fmt: skip
+            raise ValueError(
+                "attention_mask must hold only 0 (padding) and 1 (a token), got "
+                f"{low if low < 0 else high}"
+            )
     return mask

@@ -294,9 +294,15 @@ def _gpt2_cfg(weights: Mapping[str, Tensor], n_heads: int) -> dict[str, Any]:
         raise ValueError(
             f"n_heads must divide the width {emb_dim} (wte.weight's columns), got n_heads={n_heads}"
         )
-    return {"vocab_size": int(vocab_size), "context_length": int(context_length),
-            "emb_dim": int(emb_dim), "n_heads": n_heads, "n_layers": max(blocks) + 1,
-            "drop_rate": 0.0, "qkv_bias": True}  # fmt: skip
+    return {
+        "vocab_size": int(vocab_size),
+        "context_length": int(context_length),
+        "emb_dim": int(emb_dim),
+        "n_heads": n_heads,
+        "n_layers": max(blocks) + 1,
+        "drop_rate": 0.0,
+        "qkv_bias": True,
+    }
 
 
 def load_gpt2(model: GPTModel, weights: Mapping[str, Tensor], names: Mapping[str, str]) -> None:
@@ -343,9 +349,13 @@ def _n_heads(n_heads: int | None, config: Mapping[str, Any] | None, emb_dim: int
 
 def _check_hf_config(config: Mapping[str, Any]) -> None:
     """Refuse a `config.json` that is not GPT-2's arithmetic (the shapes check the rest)."""
-    expected = {"model_type": ("gpt2",), "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
-                "layer_norm_epsilon": (1e-5,), "scale_attn_weights": (True,),
-                "scale_attn_by_inverse_layer_idx": (False,)}  # fmt: skip
+    expected = {
+        "model_type": ("gpt2",),
+        "activation_function": ("gelu_new", "gelu_pytorch_tanh"),
+        "layer_norm_epsilon": (1e-5,),
+        "scale_attn_weights": (True,),
+        "scale_attn_by_inverse_layer_idx": (False,),
+    }
     for key, allowed in expected.items():
         if key in config and config[key] not in allowed:
             raise ValueError(
@@ -356,8 +366,12 @@ def _check_hf_config(config: Mapping[str, Any]) -> None:
 
 def _check_config_against(config: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
     """Refuse a `config.json` that the tensors contradict (a block missing, say)."""
-    pairs = {"n_layer": "n_layers", "n_embd": "emb_dim", "n_positions": "context_length",
-             "vocab_size": "vocab_size"}  # fmt: skip
+    pairs = {
+        "n_layer": "n_layers",
+        "n_embd": "emb_dim",
+        "n_positions": "context_length",
+        "vocab_size": "vocab_size",
+    }
     for key, ours in pairs.items():
         if key in config and check_size(f"config.json's {key}", config[key]) != cfg[ours]:
             raise ValueError(

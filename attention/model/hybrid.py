@@ -115,22 +115,27 @@ class LinearAttention(nn.Module):
         `batch_size` sequences; `max_tokens` (checked) sizes nothing: the state never grows."""
         if max_tokens is not None:
             check_size("max_tokens", max_tokens)
-        heads = self.out_proj.weight.new_zeros(check_size("batch_size", batch_size),
-                                               self.num_heads, 1, self.head_dim)  # fmt: skip
+        heads = self.out_proj.weight.new_zeros(
+            check_size("batch_size", batch_size), self.num_heads, 1, self.head_dim
+        )
         return LinearCache(LinearState.zeros(heads, heads))
 
     def check_cache(self, cache: object, batch_size: int, num_tokens: int = 0) -> None:
         """Raise an error naming `cache` unless it is a state of this layer for `batch_size`
         rows, in its dtype and on its device (`num_tokens`: any, the state has no slots)."""
         if not isinstance(cache, LinearCache):
-            raise TypeError(f"cache must be this LinearAttention layer's LinearCache (from "
-                            f"init_cache), got {type(cache).__name__}")  # fmt: skip
+            raise TypeError(
+                f"cache must be this LinearAttention layer's LinearCache (from "
+                f"init_cache), got {type(cache).__name__}"
+            )
         want = self.init_cache(batch_size).state.S
         got = cache.state.S
         if (got.shape, got.dtype, got.device) != (want.shape, want.dtype, want.device):
-            raise ValueError(f"cache must hold a state {tuple(want.shape)} {want.dtype} on "
-                             f"{want.device} (batch, heads, d_h, d_h), got {tuple(got.shape)} "
-                             f"{got.dtype} on {got.device}")  # fmt: skip
+            raise ValueError(
+                f"cache must hold a state {tuple(want.shape)} {want.dtype} on "
+                f"{want.device} (batch, heads, d_h, d_h), got {tuple(got.shape)} "
+                f"{got.dtype} on {got.device}"
+            )
 
     def forward(self, x: Tensor, cache: LinearCache | None = None) -> Tensor:
         """`(b, T, d_in)` -> `(b, T, d_out)`; each output reads only its own and earlier
@@ -141,8 +146,9 @@ class LinearAttention(nn.Module):
             TypeError: a cache that is not a `LinearCache`.
         """
         if x.ndim != 3 or x.shape[-1] != self.d_in:
-            raise ValueError(f"x must be (batch, num_tokens, d_in={self.d_in}), got "
-                             f"{tuple(x.shape)}")  # fmt: skip
+            raise ValueError(
+                f"x must be (batch, num_tokens, d_in={self.d_in}), got {tuple(x.shape)}"
+            )
         b, num_tokens, _ = x.shape
         if cache is not None:
             self.check_cache(cache, b)
@@ -173,8 +179,7 @@ class LinearBlock(nn.Module):
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         super().__init__()
-        self.att = LinearAttention(cfg["emb_dim"], cfg["emb_dim"], cfg["n_heads"],
-                                   cfg["qkv_bias"])  # fmt: skip
+        self.att = LinearAttention(cfg["emb_dim"], cfg["emb_dim"], cfg["n_heads"], cfg["qkv_bias"])
         self.ff = FeedForward(cfg)
         self.norm1 = LayerNorm(cfg["emb_dim"])
         self.norm2 = LayerNorm(cfg["emb_dim"])
@@ -203,8 +208,9 @@ class LinearBlock(nn.Module):
 
 def _refuse_masks(padded: Tensor | None, documents: Tensor | None) -> None:
     """No padding (`padded` True anywhere, or an attention mask's 0), no documents."""
-    padding = padded is not None and bool((padded if padded.dtype == torch.bool
-                                           else padded == 0).any())  # fmt: skip
+    padding = padded is not None and bool(
+        (padded if padded.dtype == torch.bool else padded == 0).any()
+    )
     if padding or documents is not None:
         raise NotImplementedError(
             "a linear-attention layer here takes no attention_mask or document_ids: "
@@ -230,11 +236,14 @@ def layer_types(cfg: Mapping[str, Any]) -> list[str]:
     n_layers = cfg["n_layers"]
     kinds = cfg.get("layer_types", ["full_attention"] * n_layers)
     if not isinstance(kinds, Sequence) or isinstance(kinds, str):
-        raise TypeError(f"layer_types must be a list of {LAYER_TYPES}, got "
-                        f"{type(kinds).__name__} {kinds!r:.60}")  # fmt: skip
+        raise TypeError(
+            f"layer_types must be a list of {LAYER_TYPES}, got {type(kinds).__name__} {kinds!r:.60}"
+        )
     if len(kinds) != n_layers:
-        raise ValueError(f"layer_types must have n_layers={n_layers} entries, got "
-                         f"{len(kinds)}: {list(kinds)!r:.80}")  # fmt: skip
+        raise ValueError(
+            f"layer_types must have n_layers={n_layers} entries, got "
+            f"{len(kinds)}: {list(kinds)!r:.80}"
+        )
     unknown = [kind for kind in kinds if kind not in LAYER_TYPES]
     if unknown:
         raise ValueError(f"layer_types must name only {LAYER_TYPES}, got {unknown[0]!r}")
@@ -279,15 +288,22 @@ class HybridGPTModel(GPTModel):
         """Whether any layer is linear attention."""
         return "linear_attention" in self.layer_types
 
-    def logits(self, in_idx: Tensor, caches: list[Any] | None = None, *,
-               attention_mask: Tensor | None = None, document_ids: Tensor | None = None,
-               **options: Any) -> Tensor:  # fmt: skip
+    def logits(
+        self,
+        in_idx: Tensor,
+        caches: list[Any] | None = None,
+        *,
+        attention_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+        **options: Any,
+    ) -> Tensor:
         """`GPTModel`'s, after refusing what a linear layer does not take (padding, documents)
         before any layer runs: no cache is left half-updated."""
         if self.linear:
             _refuse_masks(attention_mask, document_ids)
-        return super().logits(in_idx, caches, attention_mask=attention_mask,
-                              document_ids=document_ids, **options)  # fmt: skip
+        return super().logits(
+            in_idx, caches, attention_mask=attention_mask, document_ids=document_ids, **options
+        )
 
     def attention_weights(
         self,
@@ -302,7 +318,10 @@ class HybridGPTModel(GPTModel):
             NotImplementedError: a layer is linear attention (it has no softmax weights).
         """
         if self.linear:
-            raise NotImplementedError("a linear-attention layer has no softmax weights to "
-                                      f"return; layer_types={self.layer_types}")  # fmt: skip
-        return super().attention_weights(in_idx, attention_mask=attention_mask,
-                                         document_ids=document_ids)  # fmt: skip
+            raise NotImplementedError(
+                "a linear-attention layer has no softmax weights to "
+                f"return; layer_types={self.layer_types}"
+            )
+        return super().attention_weights(
+            in_idx, attention_mask=attention_mask, document_ids=document_ids
+        )

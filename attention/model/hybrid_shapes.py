@@ -89,9 +89,12 @@ def linear_state_bytes(shape: HybridShape, dtype: torch.dtype = torch.bfloat16) 
 
 
 def cache_bytes(
-    shape: HybridShape, num_tokens: int, *, all_softmax: bool = False,
+    shape: HybridShape,
+    num_tokens: int,
+    *,
+    all_softmax: bool = False,
     dtype: torch.dtype = torch.bfloat16,
-) -> int:  # fmt: skip
+) -> int:
     """Bytes a model keeps to decode after `num_tokens` tokens of one sequence: its softmax
     layers' keys and values, plus its linear layers' fixed states; with `all_softmax`, the
     same model with every layer softmax attention."""

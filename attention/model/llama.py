@@ -104,8 +104,12 @@ def _llama_slots(
     """Hugging Face's names for our projections, and their shapes: the weights, the query,
     key and value biases if `att` has them, `o_proj.bias` if `o_bias`, QK-norm's gains if
     `att` has them and `gains` (Llama 4's norm has none)."""
-    pairs = [("q_proj", att.W_query), ("k_proj", att.W_key), ("v_proj", att.W_value),
-             ("o_proj", att.out_proj)]  # fmt: skip
+    pairs = [
+        ("q_proj", att.W_query),
+        ("k_proj", att.W_key),
+        ("v_proj", att.W_value),
+        ("o_proj", att.out_proj),
+    ]
     if att.W_gate is not None:  # Qwen3-Next: the gate's rows, split from q_proj's
         pairs.append(("gate", att.W_gate))
     slots: list[tuple[str, Tensor | None, tuple[int, ...]]] = []
@@ -400,9 +404,14 @@ def llama_attention_config(att: MultiHeadAttention) -> dict[str, Any]:
         (2, 8, 8)
     """
     att = _check_llama_like(att)
-    return {"hidden_size": att.d_in, "num_attention_heads": att.num_heads,
-            "num_key_value_heads": att.num_kv_heads, "head_dim": att.head_dim,
-            "rope_parameters": {"rope_type": "default", "rope_theta": att.rope_base},
-            "sliding_window": att.window, "attention_bias": att.W_query.bias is not None,
-            "max_position_embeddings": att.context_length,
-            "attention_dropout": att.dropout.p}  # fmt: skip
+    return {
+        "hidden_size": att.d_in,
+        "num_attention_heads": att.num_heads,
+        "num_key_value_heads": att.num_kv_heads,
+        "head_dim": att.head_dim,
+        "rope_parameters": {"rope_type": "default", "rope_theta": att.rope_base},
+        "sliding_window": att.window,
+        "attention_bias": att.W_query.bias is not None,
+        "max_position_embeddings": att.context_length,
+        "attention_dropout": att.dropout.p,
+    }

@@ -89,11 +89,26 @@ NORMS = ("pre", "sandwich", "post")
 """Where a block's norms sit: before each branch, before and after, after only."""
 
 _REQUIRED = ("vocab_size", "context_length", "emb_dim", "hidden_dim", "n_layers", "layers")
-_OPTIONAL = ("act", "norm_eps", "norms", "tie_embeddings", "embed_scale", "final_softcap",
-             "experts")  # fmt: skip
+_OPTIONAL = (
+    "act",
+    "norm_eps",
+    "norms",
+    "tie_embeddings",
+    "embed_scale",
+    "final_softcap",
+    "experts",
+)
 _ROUTING = ("scoring", "groups", "topk_group", "scale", "choice_bias")
-_EXPERT_KEYS = ("num_experts", "top_k", "hidden_dim", "normalize", "shared_dim", "shared_gate",
-                "scale_input", *_ROUTING)  # fmt: skip
+_EXPERT_KEYS = (
+    "num_experts",
+    "top_k",
+    "hidden_dim",
+    "normalize",
+    "shared_dim",
+    "shared_gate",
+    "scale_input",
+    *_ROUTING,
+)
 
 
 class SwiGLU(nn.Module):
@@ -159,8 +174,9 @@ class LlamaBlock(nn.Module):
         d, eps, norms = cfg["emb_dim"], cfg.get("norm_eps", 1e-6), cfg.get("norms", "pre")
         self.att: MultiHeadAttention | MultiHeadLatentAttention | GatedDeltaNet
         if isinstance(layer, MultiHeadAttention | MultiHeadLatentAttention | GatedDeltaNet):
-            projection = layer.o_proj if isinstance(layer, MultiHeadLatentAttention) else (
-                layer.out_proj)  # fmt: skip
+            projection = (
+                layer.o_proj if isinstance(layer, MultiHeadLatentAttention) else (layer.out_proj)
+            )
             out = projection.out_features
             if (layer.d_in, out) != (d, d):
                 raise ValueError(
@@ -203,8 +219,12 @@ class LlamaBlock(nn.Module):
                 later chunk, documents, or asked for its weights (it has no softmax weights).
         """
         h: Tensor = x if self.norm1 is None else self.norm1(x)  # (b, T, emb_dim)
-        kwargs = {"cache": cache, "document_ids": documents, "positions": positions,
-                  "angles": angles}  # fmt: skip
+        kwargs = {
+            "cache": cache,
+            "document_ids": documents,
+            "positions": positions,
+            "angles": angles,
+        }
         if isinstance(self.att, GatedDeltaNet):
             _check_linear(padded, documents, self.record, cache)
             assert cache is None or isinstance(cache, GatedDeltaState)  # checked by the model
@@ -244,13 +264,17 @@ def _feed_forward(
     if shared is not None:
         check_size("shared_dim", shared)
     return MixtureOfExperts(
-        d, experts["hidden_dim"], experts["num_experts"], experts["top_k"],
-        act=ACTIVATIONS[act], normalize=experts.get("normalize", True),
+        d,
+        experts["hidden_dim"],
+        experts["num_experts"],
+        experts["top_k"],
+        act=ACTIVATIONS[act],
+        normalize=experts.get("normalize", True),
         shared_expert=None if shared is None else SwiGLU(d, shared, act),
         shared_gate=experts.get("shared_gate", False),
         scale_input=experts.get("scale_input", False),
         **{key: experts[key] for key in _ROUTING if key in experts},
-    )  # fmt: skip
+    )
 
 
 def _check_linear(
@@ -289,9 +313,10 @@ def _check_config(cfg: Mapping[str, Any]) -> None:
         )
     experts = cfg.get("experts")
     if experts is not None and (
-        not isinstance(experts, list | tuple) or len(experts) != cfg["n_layers"]
+        not isinstance(experts, list | tuple)
+        or len(experts) != cfg["n_layers"]
         or not all(e is None or isinstance(e, Mapping) for e in experts)
-    ):  # fmt: skip
+    ):
         raise ValueError(
             f"cfg's experts must be a list of n_layers={cfg['n_layers']} entries, each None "
             f"(a SwiGLU) or a dict of a mixture of experts' settings, got {experts!r:.60}"
@@ -389,8 +414,14 @@ class LlamaModel(GPTModel):
                 if id(table) not in made:
                     made[id(table)] = table.of(tokens, x.dtype)
                 angles = made[id(table)]
-            x = block(x, None if caches is None else caches[i], padded=pad,
-                      documents=document_ids, positions=positions, angles=angles)  # fmt: skip
+            x = block(
+                x,
+                None if caches is None else caches[i],
+                padded=pad,
+                documents=document_ids,
+                positions=positions,
+                angles=angles,
+            )
         if last_only:
             x = x[:, -1:]  # (b, 1, emb_dim)
         logits: Tensor = self.out_head(self.final_norm(x))  # (b, T, vocab_size)

@@ -110,10 +110,28 @@ ATTENTION_WORDS = re.compile(
 )
 """An unknown setting whose name has one of these words concerns attention."""
 
-ROTATE_HALF = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
-    "gemma", "gemma2", "gemma3_text", "granite", "smollm3", "olmo", "olmo2", "olmoe",
-    "starcoder2", "phi3"})  # fmt: skip
+ROTATE_HALF = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "qwen3_next",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "granite",
+        "smollm3",
+        "olmo",
+        "olmo2",
+        "olmoe",
+        "starcoder2",
+        "phi3",
+    }
+)
 """Families whose modeling file rotates halves, as `MultiHeadAttention` does."""
 
 INTERLEAVED = frozenset({"helium", "ernie4_5", "ernie4_5_moe", "cohere", "llama4_text"})
@@ -208,9 +226,12 @@ def _refuse_unread(config: Mapping[str, Any], name: str) -> None:
     unread = [
         f"{key}={value!r:.40}"
         for key, value in config.items()
-        if not str(key).startswith("_") and key not in known  # "_...": transformers' own
-        and value is not None and value is not False and ATTENTION_WORDS.search(str(key))
-    ]  # fmt: skip
+        if not str(key).startswith("_")
+        and key not in known  # "_...": transformers' own
+        and value is not None
+        and value is not False
+        and ATTENTION_WORDS.search(str(key))
+    ]
     if unread:
         raise ValueError(
             f"{name} sets {', '.join(unread)}, which attention_from_llama does not apply: "

@@ -68,8 +68,10 @@ class ModelShape:
 
     def __post_init__(self) -> None:
         if not 0 <= self.windowed_layers <= self.num_layers:
-            raise ValueError(f"windowed_layers must be in [0, num_layers={self.num_layers}], "
-                             f"got {self.windowed_layers}")  # fmt: skip
+            raise ValueError(
+                f"windowed_layers must be in [0, num_layers={self.num_layers}], "
+                f"got {self.windowed_layers}"
+            )
 
 
 PUBLISHED: dict[str, ModelShape] = {

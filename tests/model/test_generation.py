@@ -164,12 +164,12 @@ def test_top_p_keeps_the_nucleus_as_hugging_face_does() -> None:
     transformers = pytest.importorskip(
         "transformers", minversion="5.24"
     )  # 5.24 names the cache `cache=`
-    from attention.model.generation import _nucleus
+    from attention.model.sampling import nucleus
 
     logits = torch.randn(4, VOCAB, dtype=torch.float64) * 3
     for top_p in (0.1, 0.5, 0.9, 0.99):
         theirs = transformers.TopPLogitsWarper(top_p)(None, logits.clone())
-        assert torch.equal(_nucleus(logits, top_p).isinf(), theirs.isinf())
+        assert torch.equal(nucleus(logits, top_p).isinf(), theirs.isinf())
 
 
 @pytest.mark.parametrize(
