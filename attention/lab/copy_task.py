@@ -145,10 +145,13 @@ def train(
             `max_len` over a model's `context_length`, a negative seed, or `lr` not a finite
             number above 0.
     """
-    if not (isinstance(model, nn.Module) and hasattr(model, "vocab_size")
-            and hasattr(model, "bos")):  # fmt: skip
-        raise TypeError(f"model must be a Seq2Seq (or a module with vocab_size and bos, as "
-                        f"chapter 14's transformer), got {type(model).__name__}")  # fmt: skip
+    if not (
+        isinstance(model, nn.Module) and hasattr(model, "vocab_size") and hasattr(model, "bos")
+    ):
+        raise TypeError(
+            f"model must be a Seq2Seq (or a module with vocab_size and bos, as "
+            f"chapter 14's transformer), got {type(model).__name__}"
+        )
     check_size("seed", seed, minimum=0)
     if seed >= 2**63:
         raise ValueError(f"seed must fit in int64, got {seed}")
@@ -161,8 +164,9 @@ def train(
     check_positive("lr", lr)  # not Adam's error
     context_length = getattr(model, "context_length", max_len)  # the transformer has one
     if max_len > context_length:
-        raise ValueError(f"max_len must be at most the model's context_length "
-                         f"{context_length}, got {max_len}")  # fmt: skip
+        raise ValueError(
+            f"max_len must be at most the model's context_length {context_length}, got {max_len}"
+        )
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
@@ -258,8 +262,15 @@ def train_and_test(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = make()
-    losses = train(model, steps=steps, batch_size=batch_size, min_len=lengths[0],
-                   max_len=lengths[-1], lr=lr, seed=seed)  # fmt: skip
+    losses = train(
+        model,
+        steps=steps,
+        batch_size=batch_size,
+        min_len=lengths[0],
+        max_len=lengths[-1],
+        lr=lr,
+        seed=seed,
+    )
     copier = cast(Copier, model)  # chapter 1's models and chapter 14's: each has generate
     accuracy = evaluate_by_length(copier, lengths, num_seqs=num_seqs, seed=seed + 1)
     return model, losses, accuracy, time.perf_counter() - start
@@ -355,9 +366,13 @@ def run_experiment(
         for name, use_attention in (("plain", False), ("attention", True)):
             models[name], losses[name], accuracy[name], seconds[name] = train_and_test(
                 functools.partial(Seq2Seq, vocab_size, embed_dim, hidden_size, use_attention),
-                seed=seed, lengths=lengths, steps=steps, batch_size=batch_size, lr=lr,
+                seed=seed,
+                lengths=lengths,
+                steps=steps,
+                batch_size=batch_size,
+                lr=lr,
                 num_seqs=num_seqs,
-            )  # fmt: skip
+            )
         src, _ = copy_batch(1, max_len, vocab_size, torch.Generator().manual_seed(seed + 2))
         tokens, alignments = models["attention"].generate(src)  # (1, n), (1, n, n)
     assert alignments is not None

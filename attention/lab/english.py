@@ -65,8 +65,15 @@ TEXT_PATH: Path = Path(__file__).parent.parent / "data" / "python-docs-topics.tx
 TEXT_SHA256 = "bcb1d18044dd240cca0f8e0455683af7c3a55b087bdf9301991859f0aa6947c3"
 """The sha256 of `python-docs-topics.txt`, checked before the text is read."""
 
-_TYPOGRAPHY = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-",
-               "\u2014": "-", "\u2026": "..."}  # fmt: skip
+_TYPOGRAPHY = {
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u201c": '"',
+    "\u201d": '"',
+    "\u2013": "-",
+    "\u2014": "-",
+    "\u2026": "...",
+}
 
 
 class TextIntegrityError(ValueError):
@@ -155,8 +162,9 @@ def english_text(path: Path = TEXT_PATH, expected_sha256: str = TEXT_SHA256) -> 
         ) from None
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected_sha256:
-        raise TextIntegrityError(f"text file {path} is corrupt: expected sha256 "
-                                 f"{expected_sha256}, got {actual}")  # fmt: skip
+        raise TextIntegrityError(
+            f"text file {path} is corrupt: expected sha256 {expected_sha256}, got {actual}"
+        )
     return data.decode("ascii")
 
 
@@ -273,8 +281,9 @@ class EnglishRun:
         """
         check_size("count", count)
         parts = (self.chars.encode(part)[0] for part in split_text(english_text()))
-        train, held = (_loss(self.model, _windows(ids, self.model.context_length, count))
-                       for ids in parts)  # fmt: skip
+        train, held = (
+            _loss(self.model, _windows(ids, self.model.context_length, count)) for ids in parts
+        )
         return train, held
 
 
@@ -308,9 +317,11 @@ def word_start_score(weights: Tensor, idx: Tensor, space: int) -> Tensor:
         or idx.shape != (weights.shape[-4], weights.shape[-1])
         or (weights.shape[-1] != weights.shape[-2])
     ):
-        raise ValueError(f"weights must be (..., batch, heads, T, T) and idx (batch, T) of "
-                         f"the same batch and T, got {tuple(weights.shape)} and "
-                         f"{tuple(idx.shape)}")  # fmt: skip
+        raise ValueError(
+            f"weights must be (..., batch, heads, T, T) and idx (batch, T) of "
+            f"the same batch and T, got {tuple(weights.shape)} and "
+            f"{tuple(idx.shape)}"
+        )
     num_tokens = idx.shape[1]
     at = torch.where(idx == space, torch.arange(num_tokens), -1)  # (b, T): the space's place
     last = torch.cat([at.new_full((idx.shape[0], 1), -1), at[:, :-1]], 1).cummax(1).values
@@ -386,21 +397,36 @@ def train_english(
             width (RoPE), or `lr` not a finite number above 0.
         FloatingPointError: the loss stopped being finite (lr too large).
     """
-    for name, value in (("steps", steps), ("context_length", context_length),
-                        ("batch_size", batch_size), ("emb_dim", emb_dim), ("n_heads", n_heads),
-                        ("n_layers", n_layers), ("log_every", log_every)):  # fmt: skip
+    for name, value in (
+        ("steps", steps),
+        ("context_length", context_length),
+        ("batch_size", batch_size),
+        ("emb_dim", emb_dim),
+        ("n_heads", n_heads),
+        ("n_layers", n_layers),
+        ("log_every", log_every),
+    ):
         check_size(name, value)
     check_size("seed", seed, minimum=0)
     if emb_dim % n_heads or (emb_dim // n_heads) % 2:
-        raise ValueError(f"emb_dim must split into n_heads heads of an even width (RoPE), "
-                         f"got emb_dim={emb_dim}, n_heads={n_heads}")  # fmt: skip
+        raise ValueError(
+            f"emb_dim must split into n_heads heads of an even width (RoPE), "
+            f"got emb_dim={emb_dim}, n_heads={n_heads}"
+        )
     lr = check_positive("lr", lr)
     text = english_text()
     chars = Characters.of(text)
     train_ids, held_ids = (chars.encode(part)[0] for part in split_text(text))
-    cfg = {"vocab_size": len(chars), "context_length": context_length, "emb_dim": emb_dim,
-           "n_heads": n_heads, "n_layers": n_layers, "drop_rate": 0.0, "qkv_bias": False,
-           "rope_base": 10000.0}  # fmt: skip
+    cfg = {
+        "vocab_size": len(chars),
+        "context_length": context_length,
+        "emb_dim": emb_dim,
+        "n_heads": n_heads,
+        "n_layers": n_layers,
+        "drop_rate": 0.0,
+        "qkv_bias": False,
+        "rope_base": 10000.0,
+    }
     torch.manual_seed(seed)
     run = EnglishRun(GPTModel(cfg), chars, batch_size)
     probes = [_windows(ids, context_length, PROBE_WINDOWS) for ids in (train_ids, held_ids)]
@@ -424,8 +450,10 @@ def _train(
     """The loop of `train_english`: AdamW on random windows of `ids`, the losses logged."""
     model, length = run.model, run.model.context_length
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
-        (step + 1) / 30, 0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))))  # fmt: skip
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: min((step + 1) / 30, 0.1 + 0.45 * (1 + math.cos(math.pi * step / steps))),
+    )
     data = torch.Generator().manual_seed(seed)
     offsets = torch.arange(length + 1)  # (T + 1,)
     model.train()
@@ -441,8 +469,10 @@ def _train(
         logits = model(windows[:, :-1])  # (b, T, V)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten())
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"training diverged at step {step}: loss {loss.item()} "
-                                     f"(lr={lr!r}); try a smaller lr")  # fmt: skip
+            raise FloatingPointError(
+                f"training diverged at step {step}: loss {loss.item()} "
+                f"(lr={lr!r}); try a smaller lr"
+            )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -72,6 +72,9 @@ __all__ = [
     "train_induction",
 ]
 
+_TWO_LAYERS = {"n_layers": 2, "drop_rate": 0.0, "qkv_bias": False, "rope_base": 10000.0}
+"""The induction model's fixed settings: two layers with RoPE, no dropout, no biases."""
+
 
 def _blocks(model: GPTModel) -> list[TransformerBlock]:
     if not isinstance(model, GPTModel):
@@ -393,17 +396,27 @@ def train_induction(
             not a finite number above 0.
         FloatingPointError: the loss stopped being finite (the learning rate is too large).
     """
-    sizes = {"steps": steps, "n": n, "batch_size": batch_size, "emb_dim": emb_dim,
-             "n_heads": n_heads, "log_every": log_every}  # fmt: skip
+    sizes = {
+        "steps": steps,
+        "n": n,
+        "batch_size": batch_size,
+        "emb_dim": emb_dim,
+        "n_heads": n_heads,
+        "log_every": log_every,
+    }
     for name, value in sizes.items():
         check_size(name, value, minimum=2 if name == "n" else 1)  # n = 1: no period to draw
     check_positive("lr", lr)
     vocab = torch.unique(torch.tensor(gpt2_encoding().encode(sample_text())))  # sorted ids
     context_length = 2 * n if context_length is None else context_length
     check_size("context_length", context_length, minimum=2 * n)
-    cfg = {"vocab_size": len(vocab), "context_length": context_length, "emb_dim": emb_dim,
-           "n_heads": n_heads, "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False,
-           "rope_base": 10000.0}  # fmt: skip
+    cfg = {
+        "vocab_size": len(vocab),
+        "context_length": context_length,
+        "emb_dim": emb_dim,
+        "n_heads": n_heads,
+        **_TWO_LAYERS,
+    }
     torch.manual_seed(seed)
     model = GPTModel(cfg)
     run = InductionRun(model, vocab, n)
@@ -423,8 +436,10 @@ def train_induction(
             logits = model(idx[:, :-1])  # token t + 1 from tokens 0..t: (b, 2n - 1, V)
             loss = nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"training diverged at step {step}: loss {loss.item()} "
-                                         f"(lr={lr!r}); try a smaller lr")  # fmt: skip
+                raise FloatingPointError(
+                    f"training diverged at step {step}: loss {loss.item()} "
+                    f"(lr={lr!r}); try a smaller lr"
+                )
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -103,8 +103,9 @@ def recall(model: nn.Module, idx: Tensor, n: int) -> tuple[float, float]:
     return float(exact), float(loss)
 
 
-def _train(cfg: dict[str, object], seed: int, steps: int, batch_size: int, n: int,
-           lr: float, probe: Tensor) -> RecallRun:  # fmt: skip
+def _train(
+    cfg: dict[str, object], seed: int, steps: int, batch_size: int, n: int, lr: float, probe: Tensor
+) -> RecallRun:
     """Train `HybridGPTModel(cfg)` from `seed` on chapter 16's periodic sequences."""
     torch.manual_seed(seed)
     model = HybridGPTModel(cfg)
@@ -117,8 +118,10 @@ def _train(cfg: dict[str, object], seed: int, steps: int, batch_size: int, n: in
         logits = model(idx[:, :-1])  # (b, 2n - 1, V)
         loss = nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
         if not torch.isfinite(loss):
-            raise FloatingPointError(f"training diverged at step {step}: loss {loss.item()} "
-                                     f"(lr={lr!r}); try a smaller lr")  # fmt: skip
+            raise FloatingPointError(
+                f"training diverged at step {step}: loss {loss.item()} "
+                f"(lr={lr!r}); try a smaller lr"
+            )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -168,22 +171,41 @@ def compare_recall(
         ValueError: a size below 1 (`n` below 2), or `lr` not a finite number above 0.
         FloatingPointError: a loss stopped being finite.
     """
-    sizes = {"steps": steps, "n": n, "batch_size": batch_size, "emb_dim": emb_dim,
-             "n_heads": n_heads, "n_layers": n_layers}  # fmt: skip
+    sizes = {
+        "steps": steps,
+        "n": n,
+        "batch_size": batch_size,
+        "emb_dim": emb_dim,
+        "n_heads": n_heads,
+        "n_layers": n_layers,
+    }
     for name, value in sizes.items():
         check_size(name, value, minimum=2 if name == "n" else 1)
     check_positive("lr", lr)
     vocab_size = len(set(gpt2_encoding().encode(sample_text())))  # chapter 16's vocabulary
     cfg: dict[str, object] = {
-        "vocab_size": vocab_size, "context_length": 2 * n, "emb_dim": emb_dim,
-        "n_heads": n_heads, "n_layers": n_layers, "drop_rate": 0.0, "qkv_bias": False,
-    }  # fmt: skip
+        "vocab_size": vocab_size,
+        "context_length": 2 * n,
+        "emb_dim": emb_dim,
+        "n_heads": n_heads,
+        "n_layers": n_layers,
+        "drop_rate": 0.0,
+        "qkv_bias": False,
+    }
     probe = repeated_tokens(64, n, vocab_size, torch.Generator().manual_seed(seed + 1))
     runs = {}
     with torch_threads(num_threads):
-        for kind, positions in [("full_attention", {"rope_base": 10000.0}),
-                                ("linear_attention", {})]:  # fmt: skip
+        for kind, positions in [
+            ("full_attention", {"rope_base": 10000.0}),
+            ("linear_attention", {}),
+        ]:
             kinds = {"layer_types": [kind] * n_layers, **positions}
             runs[kind] = _train(cfg | kinds, seed, steps, batch_size, n, lr, probe)
-    return RecallComparison(runs["full_attention"], runs["linear_attention"], n, steps,
-                            emb_dim // n_heads, 1.0 / vocab_size)  # fmt: skip
+    return RecallComparison(
+        runs["full_attention"],
+        runs["linear_attention"],
+        n,
+        steps,
+        emb_dim // n_heads,
+        1.0 / vocab_size,
+    )

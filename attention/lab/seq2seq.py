@@ -49,6 +49,7 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 import torch
@@ -114,8 +115,9 @@ class EncoderBlock(nn.Module):
     def __init__(self, d_model: int, num_heads: int, context_length: int) -> None:
         super().__init__()
         _check_widths(d_model, num_heads)
-        self.att = MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads,
-                                      causal=False)  # fmt: skip
+        self.att = MultiHeadAttention(
+            d_model, d_model, context_length, 0.0, num_heads, causal=False
+        )
         self.ff = FeedForward({"emb_dim": d_model})
         self.norm1 = LayerNorm(d_model)
         self.norm2 = LayerNorm(d_model)
@@ -172,8 +174,9 @@ class DecoderBlock(nn.Module):
         super().__init__()
         _check_widths(d_model, num_heads)
         self.self_att = MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads)
-        self.cross_att = MultiHeadAttention(d_model, d_model, context_length, 0.0, num_heads,
-                                            causal=False)  # fmt: skip
+        self.cross_att = MultiHeadAttention(
+            d_model, d_model, context_length, 0.0, num_heads, causal=False
+        )
         self.ff = FeedForward({"emb_dim": d_model})
         self.norm1 = LayerNorm(d_model)
         self.norm2 = LayerNorm(d_model)
@@ -211,19 +214,21 @@ class DecoderBlock(nn.Module):
         like = self.norm1.scale
         _check_vectors("y", y, like)
         if memory is None and caches is None:
-            raise ValueError("memory is None and there is no cross-attention cache to read "
-                             "it from: pass memory (the encoder's output)")  # fmt: skip
+            raise ValueError(
+                "memory is None and there is no cross-attention cache to read "
+                "it from: pass memory (the encoder's output)"
+            )
         if memory is not None:
             _check_vectors("memory", memory, like)
             if memory.shape[0] != y.shape[0]:
-                raise ValueError(f"y and memory must have one batch size, got {y.shape[0]} "
-                                 f"and {memory.shape[0]}")  # fmt: skip
+                raise ValueError(
+                    f"y and memory must have one batch size, got {y.shape[0]} and {memory.shape[0]}"
+                )
             _check_padding(padding, memory)
         self_cache, cross_cache = (None, None) if caches is None else _check_pair(caches)
         y = y + self.self_att(self.norm1(y), cache=self_cache)  # (b, m, d)
         # Q from the decoder, K and V from the memory (or the cache): (b, m, d)
-        out = self.cross_att(self.norm2(y), padding, need_weights, key=memory,
-                             cache=cross_cache)  # fmt: skip
+        out = self.cross_att(self.norm2(y), padding, need_weights, key=memory, cache=cross_cache)
         context, weights = out if isinstance(out, tuple) else (out, None)
         y = y + context  # (b, m, d)
         return y + self.ff(self.norm3(y)), weights
@@ -276,8 +281,8 @@ class Seq2SeqTransformer(nn.Module):
         self.context_length = check_size("context_length", context_length)
         self.src_embed = nn.Embedding(vocab_size, d_model)
         self.tgt_embed = nn.Embedding(vocab_size + 1, d_model)  # + the start token
-        self.register_buffer("positions", sinusoidal_positions(context_length, d_model),
-                             persistent=False)  # fmt: skip
+        positions = sinusoidal_positions(context_length, d_model)
+        self.register_buffer("positions", positions, persistent=False)
         self.encoder = nn.ModuleList(
             [EncoderBlock(d_model, num_heads, context_length) for _ in range(num_layers)]
         )
@@ -293,9 +298,11 @@ class Seq2SeqTransformer(nn.Module):
         top = self.vocab_size + 1 if bos else self.vocab_size  # the decoder also reads bos
         ids = check_ids(ids, name, top, device=self.out.weight.device)
         if ids.ndim != 2 or ids.shape[0] == 0 or not 0 < ids.shape[1] <= self.context_length:
-            raise ValueError(f"expected {name} of shape (batch, length) with batch >= 1 and "
-                             f"1 <= length <= context_length={self.context_length}, got "
-                             f"{tuple(ids.shape)}")  # fmt: skip
+            raise ValueError(
+                f"expected {name} of shape (batch, length) with batch >= 1 and "
+                f"1 <= length <= context_length={self.context_length}, got "
+                f"{tuple(ids.shape)}"
+            )
         return ids
 
     def encode(self, src: Tensor, padding: Tensor | None = None) -> Tensor:
@@ -340,13 +347,17 @@ class Seq2SeqTransformer(nn.Module):
         tgt_in = self._check_ids("tgt_in", tgt_in, bos=True)
         if caches is not None:
             if not isinstance(caches, list | tuple) or len(caches) != len(self.decoder):
-                raise TypeError(f"caches must be init_caches()'s list of {len(self.decoder)} "
-                                "(self_cache, cross_cache) pairs, one per decoder block, got "
-                                f"{type(caches).__name__} {caches!r:.60}")  # fmt: skip
+                raise TypeError(
+                    f"caches must be init_caches()'s list of {len(self.decoder)} "
+                    "(self_cache, cross_cache) pairs, one per decoder block, got "
+                    f"{type(caches).__name__} {caches!r:.60}"
+                )
             start = _check_pair(caches[0])[0].length
             if start + tgt_in.shape[1] > self.context_length:
-                raise ValueError(f"tgt_in's {tgt_in.shape[1]} tokens after the {start} the caches "
-                                 f"hold exceed context_length={self.context_length}")  # fmt: skip
+                raise ValueError(
+                    f"tgt_in's {tgt_in.shape[1]} tokens after the {start} the caches "
+                    f"hold exceed context_length={self.context_length}"
+                )
         return self._decode(tgt_in, memory, padding, caches, need_weights)
 
     def _decode(
@@ -392,8 +403,9 @@ class Seq2SeqTransformer(nn.Module):
         """
         src, tgt_in = self._check_ids("src", src), self._check_ids("tgt_in", tgt_in, bos=True)
         if src.shape[0] != tgt_in.shape[0]:
-            raise ValueError(f"src and tgt_in must have one batch size, got {src.shape[0]} "
-                             f"and {tgt_in.shape[0]}")  # fmt: skip
+            raise ValueError(
+                f"src and tgt_in must have one batch size, got {src.shape[0]} and {tgt_in.shape[0]}"
+            )
         _check_padding(padding, src)
         memory = self._encode(src, padding)  # (b, n, d)
         return self._decode(tgt_in, memory, padding, need_weights=need_weights)
@@ -413,9 +425,9 @@ class Seq2SeqTransformer(nn.Module):
             if check_size(name, length) > self.context_length:
                 raise ValueError(f"{name}={length} exceeds context_length={self.context_length}")
         blocks = [cast(DecoderBlock, block) for block in self.decoder]
-        return [(block.self_att.init_cache(batch_size, out_len),
-                 block.cross_att.init_cache(batch_size, src_len))
-                for block in blocks]  # fmt: skip
+        self_caches = [block.self_att.init_cache(batch_size, out_len) for block in blocks]
+        cross_caches = [block.cross_att.init_cache(batch_size, src_len) for block in blocks]
+        return list(zip(self_caches, cross_caches, strict=True))
 
     @torch.no_grad()
     def generate(
@@ -460,9 +472,8 @@ class Seq2SeqTransformer(nn.Module):
             if caches is None:  # rerun every token so far
                 logits, _ = self._decode(tokens, memory, padding)  # (b, t + 1, V)
             else:  # the newest token only; the memory is read once, at step 0
-                first = t == 0
-                logits, _ = self._decode(tokens[:, -1:], memory if first else None,
-                                         padding if first else None, caches)  # fmt: skip
+                step_memory, step_padding = (memory, padding) if t == 0 else (None, None)
+                logits, _ = self._decode(tokens[:, -1:], step_memory, step_padding, caches)
             tokens = torch.cat([tokens, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
         return tokens[:, 1:]  # (b, out_len)
 
@@ -471,8 +482,9 @@ def _check_widths(d_model: object, num_heads: object) -> None:
     """`d_model` and `num_heads` are sizes, and the heads split `d_model` evenly."""
     d_model, num_heads = check_size("d_model", d_model), check_size("num_heads", num_heads)
     if d_model % num_heads:
-        raise ValueError(f"d_model must be divisible by num_heads, got d_model={d_model}, "
-                         f"num_heads={num_heads}")  # fmt: skip
+        raise ValueError(
+            f"d_model must be divisible by num_heads, got d_model={d_model}, num_heads={num_heads}"
+        )
 
 
 def _check_vectors(name: str, x: object, like: Tensor) -> None:
@@ -487,11 +499,13 @@ def _check_vectors(name: str, x: object, like: Tensor) -> None:
 
 def _check_pair(caches: object) -> tuple[KVCache, KVCache]:
     """A decoder block's caches: `(self_cache, cross_cache)`, two `KVCache`s."""
-    if not (isinstance(caches, tuple | list) and len(caches) == 2
-            and all(isinstance(cache, KVCache) for cache in caches)):  # fmt: skip
-        raise TypeError(f"caches must be a (self_cache, cross_cache) pair of KVCaches, from "
-                        f"init_caches(), got {type(caches).__name__} {caches!r:.60}")  # fmt: skip
-    return caches[0], caches[1]
+    pair = tuple(caches) if isinstance(caches, tuple | list) else ()
+    if len(pair) != 2 or not all(isinstance(cache, KVCache) for cache in pair):
+        raise TypeError(
+            f"caches must be a (self_cache, cross_cache) pair of KVCaches, from "
+            f"init_caches(), got {type(caches).__name__} {caches!r:.60}"
+        )
+    return pair[0], pair[1]
 
 
 def _check_padding(padding: object, src: Tensor) -> None:
@@ -565,16 +579,20 @@ def transformer_experiment(
     vocab_size, min_len, max_len = VOCAB_SIZE, MIN_LEN, MAX_LEN  # chapter 1's task
     lengths = list(range(min_len, max_len + 1))
     with torch_threads(num_threads):
-        model, losses, accuracy, seconds = train_and_test(
-            lambda: Seq2SeqTransformer(vocab_size, d_model, num_heads, num_layers),
-            seed=seed, lengths=lengths, steps=steps, lr=lr,
-        )  # fmt: skip
+        new_model = partial(Seq2SeqTransformer, vocab_size, d_model, num_heads, num_layers)
+        trained = train_and_test(new_model, seed=seed, lengths=lengths, steps=steps, lr=lr)
+        model, losses, accuracy, seconds = trained
         src, _ = copy_batch(1, max_len, vocab_size, torch.Generator().manual_seed(seed + 2))
         tokens = model.generate(src)  # (1, n)
         with torch.no_grad():
             _, weights = model(src, decoder_inputs(tokens, model.bos), need_weights=True)
     return TransformerResult(
-        lengths=lengths, accuracy=accuracy, losses=losses, cross_weights=weights[-1][0],
-        source_tokens=token_letters(src[0]), output_tokens=token_letters(tokens[0]),
-        seconds=seconds, model=model,
-    )  # fmt: skip
+        lengths=lengths,
+        accuracy=accuracy,
+        losses=losses,
+        cross_weights=weights[-1][0],
+        source_tokens=token_letters(src[0]),
+        output_tokens=token_letters(tokens[0]),
+        seconds=seconds,
+        model=model,
+    )
