@@ -321,8 +321,9 @@ def check_ids(
         rows = [check_ids(row, f"{name}[{i}]") for i, row in enumerate(ids)]
         if len({row.shape for row in rows}) > 1:
             lengths = [row.shape[0] for row in rows]
-            raise ValueError(f"{name} rows must have one length, got {lengths} (pad_prompts "
-                             "pads prompts)")  # fmt: skip
+            raise ValueError(
+                f"{name} rows must have one length, got {lengths} (pad_prompts pads prompts)"
+            )
         ids = torch.stack(rows)
     if not isinstance(ids, Tensor):
         if not (
@@ -354,9 +355,14 @@ def check_ids(
 
 def _nested(ids: object) -> bool:
     """Whether `ids` is a non-empty sequence of sequences (rows), not a tensor or text."""
-    return (isinstance(ids, Sequence) and not isinstance(ids, str | bytes) and len(ids) > 0
-            and all(isinstance(row, Sequence | Tensor) and not isinstance(row, str | bytes)
-                    for row in ids))  # fmt: skip
+    return (
+        isinstance(ids, Sequence)
+        and not isinstance(ids, str | bytes)
+        and len(ids) > 0
+        and all(
+            isinstance(row, Sequence | Tensor) and not isinstance(row, str | bytes) for row in ids
+        )
+    )
 
 
 def check_padding_mask(

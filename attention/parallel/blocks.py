@@ -76,8 +76,9 @@ def block_attention(
         >>> lse  # log(e^1), log(2 e^1): query 0 sees one key, query 1 two
         tensor([[[1.0000, 1.6931]]])
     """
-    return partial_attention(q, k, v, mask=mask, score_mods=mods, q_positions=q_pos,
-                             k_positions=k_pos)  # fmt: skip
+    return partial_attention(
+        q, k, v, mask=mask, score_mods=mods, q_positions=q_pos, k_positions=k_pos
+    )
 
 
 def block_backward(
@@ -110,8 +111,9 @@ def block_backward(
     Returns:
         `(dq, dk, dv)` of this block: `(b, h, T, d)`, `(b, h_kv, S, d)`, `(b, h_kv, S, d_v)`.
     """
-    return partial_backward(q, k, v, d_out, lse, delta, mask=mask, score_mods=mods,
-                            q_positions=q_pos, k_positions=k_pos)  # fmt: skip
+    return partial_backward(
+        q, k, v, d_out, lse, delta, mask=mask, score_mods=mods, q_positions=q_pos, k_positions=k_pos
+    )
 
 
 def block_cost(

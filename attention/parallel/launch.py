@@ -33,17 +33,24 @@ def free_port() -> int:
 
 
 def _worker(
-    rank: int, world: int, port: int, backend: str, timeout: float,
-    fn: Callable[..., Any], args: tuple[Any, ...], results: Any,
-) -> None:  # fmt: skip
+    rank: int,
+    world: int,
+    port: int,
+    backend: str,
+    timeout: float,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    results: Any,
+) -> None:
     """One process: join the group, run `fn`, send back its result (or its error's text)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)  # several processes share the cores
     try:
         if backend == "nccl":
             torch.cuda.set_device(rank)
-        dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout))  # fmt: skip
+        dist.init_process_group(
+            backend, rank=rank, world_size=world, timeout=timedelta(seconds=timeout)
+        )
         out = fn(rank, world, *args)
         buffer = io.BytesIO()
         torch.save(out, buffer)  # tensors as bytes: no shared memory outlives the process
@@ -80,9 +87,14 @@ def spawn(
     context = mp.get_context("spawn")
     results = context.Queue()
     port = free_port()
-    procs = [context.Process(target=_worker, args=(rank, world, port, backend, timeout, fn,
-                                                   args, results), daemon=True)
-             for rank in range(world)]  # fmt: skip
+    procs = [
+        context.Process(
+            target=_worker,
+            args=(rank, world, port, backend, timeout, fn, args, results),
+            daemon=True,
+        )
+        for rank in range(world)
+    ]
     for p in procs:
         p.start()
     got: dict[int, tuple[bool, Any]] = {}
@@ -91,8 +103,9 @@ def spawn(
             rank, ok, value = results.get(timeout=timeout + 60)  # start-up: imports
             got[rank] = (ok, value)
     except Exception as error:  # the queue's Empty: a process hung or died
-        raise RuntimeError(f"spawn: only ranks {sorted(got)} of {world} answered within "
-                           f"{timeout + 60:.0f} s") from error  # fmt: skip
+        raise RuntimeError(
+            f"spawn: only ranks {sorted(got)} of {world} answered within {timeout + 60:.0f} s"
+        ) from error
     finally:
         for p in procs:
             p.join(timeout=10)

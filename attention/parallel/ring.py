@@ -81,9 +81,14 @@ class Shard:
 
 
 def describe(
-    rank: int, q: Any, k: Any, v: Any, positions: Any, wrong: Exception | None = None,
+    rank: int,
+    q: Any,
+    k: Any,
+    v: Any,
+    positions: Any,
+    wrong: Exception | None = None,
     rule: str = "",
-) -> Shard:  # fmt: skip
+) -> Shard:
     """This process's [`Shard`][attention.parallel.ring.Shard], its arguments checked here
     (`wrong`: what checking its mask and score modifiers raised; `rule`: their names)."""
     if wrong is not None:
@@ -94,8 +99,17 @@ def describe(
     real = positions[positions >= 0]
     low, high = (int(real.min()), int(real.max())) if real.numel() else (0, -1)
     shapes = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
-    return Shard(rank, q.shape[2], low, high, shapes, str(q.dtype), None, rule=rule,
-                 positions=positions.detach().to("cpu", torch.long))  # fmt: skip
+    return Shard(
+        rank,
+        q.shape[2],
+        low,
+        high,
+        shapes,
+        str(q.dtype),
+        None,
+        rule=rule,
+        positions=positions.detach().to("cpu", torch.long),
+    )
 
 
 def shared_position(shards: Sequence[Shard]) -> str | None:
@@ -116,9 +130,11 @@ def shared_position(shards: Sequence[Shard]) -> str | None:
             i = int(twice[0, 0])
             a, b = int(owner[i]), int(owner[i + 1])
             where = f"twice on rank {a}" if a == b else f"on rank {a} and rank {b}"
-            return (f"position {int(line[i])} of row {row} is {where}: each token has its own "
-                    "position, on one process (the whole sequence's, not each shard's "
-                    "own)")  # fmt: skip
+            return (
+                f"position {int(line[i])} of row {row} is {where}: each token has its own "
+                "position, on one process (the whole sequence's, not each shard's "
+                "own)"
+            )
     return None
 
 
@@ -132,24 +148,38 @@ def local_error(q: Any, k: Any, v: Any, positions: Any) -> str | None:
         return f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
     b, h, num_tokens, d = q.shape
     if k.shape[:3] != v.shape[:3] or k.shape[0] != b or k.shape[2] != num_tokens:
-        return (f"k and v must be (batch={b}, kv_heads, tokens={num_tokens}, head_dim) like "
-                f"q, got k {tuple(k.shape)}, v {tuple(v.shape)}")  # fmt: skip
+        return (
+            f"k and v must be (batch={b}, kv_heads, tokens={num_tokens}, head_dim) like "
+            f"q, got k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if k.shape[3] != d or h % k.shape[1]:
-        return (f"k must have q's head_dim={d} and a number of heads dividing q's {h}, "
-                f"got k {tuple(k.shape)}")  # fmt: skip
-    if not isinstance(positions, Tensor) or positions.shape != (b, num_tokens) or (
-        positions.is_floating_point() or positions.dtype == torch.bool
-    ):  # fmt: skip
-        got = (f"{positions.dtype} {tuple(positions.shape)}" if isinstance(positions, Tensor)
-               else type(positions).__name__)  # fmt: skip
+        return (
+            f"k must have q's head_dim={d} and a number of heads dividing q's {h}, "
+            f"got k {tuple(k.shape)}"
+        )
+    if (
+        not isinstance(positions, Tensor)
+        or positions.shape != (b, num_tokens)
+        or (positions.is_floating_point() or positions.dtype == torch.bool)
+    ):
+        got = (
+            f"{positions.dtype} {tuple(positions.shape)}"
+            if isinstance(positions, Tensor)
+            else type(positions).__name__
+        )
         return f"positions must be integers of shape (batch, tokens) = {(b, num_tokens)}, got {got}"
     return None
 
 
 def exchange(
-    q: Any, k: Any, v: Any, positions: Any, group: dist.ProcessGroup | None,
-    wrong: Exception | None = None, rule: str = "",
-) -> list[Shard]:  # fmt: skip
+    q: Any,
+    k: Any,
+    v: Any,
+    positions: Any,
+    group: dist.ProcessGroup | None,
+    wrong: Exception | None = None,
+    rule: str = "",
+) -> list[Shard]:
     """Every process's `Shard`, checked alike everywhere: one error, raised on every process.
 
     Raises:
@@ -159,9 +189,11 @@ def exchange(
         TypeError: a process's mask or score modifiers (`wrong`) are of the wrong kind.
     """
     if not dist.is_available() or not dist.is_initialized():
-        raise RuntimeError("ring_attention: group: no process group is initialised; call "
-                           "torch.distributed.init_process_group(backend, timeout=...) "
-                           "in every process first")  # fmt: skip
+        raise RuntimeError(
+            "ring_attention: group: no process group is initialised; call "
+            "torch.distributed.init_process_group(backend, timeout=...) "
+            "in every process first"
+        )
     rank = dist.get_rank(group)
     shards: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(shards, describe(rank, q, k, v, positions, wrong, rule), group=group)
@@ -178,12 +210,15 @@ def exchange(
                     f"head_dim): rank 0 has {theirs}, rank {shard.rank} has {mine}"
                 )
         if shard.dtype != first.dtype:
-            raise ValueError(f"ring_attention: q: rank 0 has {first.dtype}, rank {shard.rank} "
-                             f"has {shard.dtype}")  # fmt: skip
+            raise ValueError(
+                f"ring_attention: q: rank 0 has {first.dtype}, rank {shard.rank} has {shard.dtype}"
+            )
         if shard.rule != first.rule:
-            raise ValueError(f"ring_attention: mask: every process needs the same mask and "
-                             f"score modifiers: rank 0 has {first.rule}, rank {shard.rank} has "
-                             f"{shard.rule}")  # fmt: skip
+            raise ValueError(
+                f"ring_attention: mask: every process needs the same mask and "
+                f"score modifiers: rank 0 has {first.rule}, rank {shard.rank} has "
+                f"{shard.rule}"
+            )
     twice = shared_position(shards)
     if twice is not None:
         raise ValueError(f"ring_attention: positions: {twice}")
@@ -217,16 +252,24 @@ class Ring:
     def empty(self, step: int, like: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
         """Buffers for the block held at `step`: `like`'s tensors, with that block's tokens."""
         tokens = self.shards[self.owner(step)].tokens
-        return tuple(t.new_empty(*t.shape[:-2], tokens, t.shape[-1]) if t.ndim == 4
-                     else t.new_empty(t.shape[0], tokens) for t in like)  # fmt: skip
+        return tuple(
+            t.new_empty(*t.shape[:-2], tokens, t.shape[-1])
+            if t.ndim == 4
+            else t.new_empty(t.shape[0], tokens)
+            for t in like
+        )
 
     def start(self, send: tuple[Tensor, ...], recv: tuple[Tensor, ...], tag: int = 0) -> list[Any]:
         """Send `send` to the next process, receive `recv` from the previous: started, not
         waited for (one `batch_isend_irecv`)."""
-        ops = [dist.P2POp(dist.isend, t.contiguous(), self.peer(1), self.group, tag + i)
-               for i, t in enumerate(send)]  # fmt: skip
-        ops += [dist.P2POp(dist.irecv, t, self.peer(-1), self.group, tag + i)
-                for i, t in enumerate(recv)]  # fmt: skip
+        ops = [
+            dist.P2POp(dist.isend, t.contiguous(), self.peer(1), self.group, tag + i)
+            for i, t in enumerate(send)
+        ]
+        ops += [
+            dist.P2POp(dist.irecv, t, self.peer(-1), self.group, tag + i)
+            for i, t in enumerate(recv)
+        ]
         return list(dist.batch_isend_irecv(ops))
 
 
@@ -269,8 +312,9 @@ def ring_backward(
             works = ring.start(block, incoming)
         share = None
         if not ring.skips(mask, step):
-            dq_b, dk_b, dv_b = block_backward(q, block[0], block[1], pos, block[2], mask, mods,
-                                              d_out, lse, delta)  # fmt: skip
+            dq_b, dk_b, dv_b = block_backward(
+                q, block[0], block[1], pos, block[2], mask, mods, d_out, lse, delta
+            )
             dq, share = dq + dq_b, (dk_b, dv_b)
         for work in pending:  # this block's gradients so far, from the previous process
             work.wait()
@@ -292,9 +336,15 @@ class RingFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, q: Tensor, k: Tensor, v: Tensor, pos: Tensor, ring: Ring, mask: Mask,
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        pos: Tensor,
+        ring: Ring,
+        mask: Mask,
         mods: tuple[ScoreMod, ...],
-    ) -> Tensor:  # fmt: skip
+    ) -> Tensor:
         out, lse = ring_forward(ring, q, k, v, pos, mask, mods)
         ctx.save_for_backward(q, k, v, pos, out, lse)
         ctx.ring, ctx.mask, ctx.mods = ring, mask, mods
@@ -302,8 +352,9 @@ class RingFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
-        dq, dk, dv = ring_backward(ctx.ring, ctx.saved_tensors, d_out.contiguous(), ctx.mask,
-                                   ctx.mods)  # fmt: skip
+        dq, dk, dv = ring_backward(
+            ctx.ring, ctx.saved_tensors, d_out.contiguous(), ctx.mask, ctx.mods
+        )
         return dq, dk, dv, None, None, None, None
 
 

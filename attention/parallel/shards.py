@@ -37,8 +37,10 @@ def _positions(x: Tensor, positions: Tensor | None, dim: int) -> Tensor:
     if positions is None:
         return torch.arange(num_tokens, device=x.device).expand(x.shape[0], num_tokens)
     if positions.shape != (x.shape[0], num_tokens):
-        raise ValueError(f"positions must be (batch, tokens) = {(x.shape[0], num_tokens)}, "
-                         f"got {tuple(positions.shape)}")  # fmt: skip
+        raise ValueError(
+            f"positions must be (batch, tokens) = {(x.shape[0], num_tokens)}, "
+            f"got {tuple(positions.shape)}"
+        )
     return positions
 
 
@@ -82,8 +84,10 @@ def zigzag_shard(
     pos = _positions(x, positions, dim)
     first, last = rank, 2 * world - 1 - rank
     chunks, pos_chunks = x.tensor_split(2 * world, dim=dim), pos.tensor_split(2 * world, dim=1)
-    return (torch.cat((chunks[first], chunks[last]), dim=dim),
-            torch.cat((pos_chunks[first], pos_chunks[last]), dim=1))  # fmt: skip
+    return (
+        torch.cat((chunks[first], chunks[last]), dim=dim),
+        torch.cat((pos_chunks[first], pos_chunks[last]), dim=1),
+    )
 
 
 def zigzag_unshard(pieces: Sequence[Tensor], *, dim: int = 1) -> Tensor:

@@ -66,17 +66,22 @@ class RingAttention(nn.Module):
         **unused: Any,
     ) -> Tensor:
         """`x` `(b, T, d_in)`, this process's shard; `positions` `(b, T)` its tokens' positions."""
-        if positions is None or key_padding_mask is not None or any(
-            v is not None for v in unused.values()
-        ):  # fmt: skip
-            raise ValueError("RingAttention needs positions (batch, tokens), and no padding "
-                             "mask, cache or documents (put them in the mask)")  # fmt: skip
+        if (
+            positions is None
+            or key_padding_mask is not None
+            or any(v is not None for v in unused.values())
+        ):
+            raise ValueError(
+                "RingAttention needs positions (batch, tokens), and no padding "
+                "mask, cache or documents (put them in the mask)"
+            )
         b, num_tokens, _ = x.shape
         tokens = Tokens(b, num_tokens, x.device, given=positions)
         q, k, v = self.att.project(x, tokens, angles)  # (b, h | h_kv, T, d_h)
         spec = self.att.spec
-        out = ring_attention(q, k, v, positions, mask=spec.mask, score_mods=spec.score_mods,
-                             group=self.group)  # fmt: skip
+        out = ring_attention(
+            q, k, v, positions, mask=spec.mask, score_mods=spec.score_mods, group=self.group
+        )
         out = out.transpose(1, 2).reshape(b, num_tokens, self.att.d_out)  # (b, T, d_out)
         if self.att.W_gate is not None:  # output_gate: heads * sigma(x W_g), as the layer
             out = out * torch.sigmoid(self.att.W_gate(x))
@@ -188,12 +193,18 @@ def _name(name: str) -> str:
 
 
 def _compare(
-    rank: int, world: int, make_model: Callable[[], nn.Module], ids: Tensor, targets: Tensor,
+    rank: int,
+    world: int,
+    make_model: Callable[[], nn.Module],
+    ids: Tensor,
+    targets: Tensor,
     steps: int,
-) -> dict[str, dict[str, Any]]:  # fmt: skip
+) -> dict[str, dict[str, Any]]:
     """In each process: DDP, FSDP2 and the ring, one after the other."""
-    return {how: train_steps(rank, world, make_model, ids, targets, how, steps=steps)
-            for how in ("ddp", "fsdp", "ring")}  # fmt: skip
+    return {
+        how: train_steps(rank, world, make_model, ids, targets, how, steps=steps)
+        for how in ("ddp", "fsdp", "ring")
+    }
 
 
 def compare_training(
