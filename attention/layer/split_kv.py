@@ -86,20 +86,9 @@ def _one_tile(
 ) -> _Problem:
     """The arguments checked, by name; the whole set of keys one tile (at least 1 by 1)."""
     check_qkv(q, k, v)
-    return _problem(
-        mask,
-        score_mods,
-        None,
-        max(q.shape[2], 1),
-        max(k.shape[2], 1),
-        q_positions,
-        k_positions,
-        q.shape[2],
-        k.shape[2],
-        q.shape[0],
-        q.shape[-1],
-        q.device,
-    )
+    blocks = (max(q.shape[2], 1), max(k.shape[2], 1))  # one tile: every query, every key
+    sizes = (q.shape[0], q.shape[2], k.shape[2], q.shape[-1])  # (b, T, S, d)
+    return _problem(mask, score_mods, None, blocks, (q_positions, k_positions), sizes, q.device)
 
 
 def partial_backward(
@@ -258,20 +247,10 @@ def split_kv_attention(
         raise ValueError(f"num_splits must be at most num_keys={num_keys}, got {num_splits}")
     workers = check_size("workers", workers)
     size = -(-num_keys // num_splits)  # keys per chunk, rounded up
-    problem = _problem(
-        mask,
-        score_mods,
-        scale,
-        max(q.shape[2], 1),
-        size,
-        q_positions,
-        k_positions,
-        q.shape[2],
-        num_keys,
-        q.shape[0],
-        q.shape[-1],
-        q.device,
-    )
+    blocks = (max(q.shape[2], 1), size)  # every query, one chunk of keys
+    sizes = (q.shape[0], q.shape[2], num_keys, q.shape[-1])  # (b, T, S, d)
+    positions = (q_positions, k_positions)
+    problem = _problem(mask, score_mods, scale, blocks, positions, sizes, q.device)
 
     def chunk(lo: int) -> tuple[Tensor, Tensor]:  # (O_c, L_c) of keys lo .. lo + size - 1
         hi = min(lo + size, num_keys)

@@ -230,20 +230,9 @@ def tile_grid(
                 [0, 1, 1, 0],
                 [0, 0, 1, 1]])
     """
-    problem = _problem(
-        mask,
-        (),
-        None,
-        block_q,
-        block_k,
-        q_positions,
-        k_positions,
-        q_positions.shape[-1],
-        k_positions.shape[-1],
-        1,
-        8,
-        q_positions.device,
-    )
+    sizes = (1, q_positions.shape[-1], k_positions.shape[-1], 8)  # one row; any head size
+    positions = (q_positions, k_positions)
+    problem = _problem(mask, (), None, (block_q, block_k), positions, sizes, q_positions.device)
     return torch.tensor(_grid(problem, 1), dtype=torch.long)
 
 
@@ -452,17 +441,15 @@ def _problem(
     mask: object,
     score_mods: object,
     scale: float | None,
-    block_q: int,
-    block_k: int,
-    q_positions: Positions,
-    k_positions: Positions,
-    num_queries: int,
-    num_keys: int,
-    batch: int,
-    head_dim: int,
+    blocks: tuple[int, int],
+    positions: tuple[Positions, Positions],
+    sizes: tuple[int, int, int, int],
     device: torch.device,
 ) -> _Problem:
-    """The arguments checked, by name, and gathered."""
+    """The arguments checked, by name, and gathered: `blocks` is (block_q, block_k),
+    `positions` (q_positions, k_positions) and `sizes` (batch, num_queries, num_keys, head_dim)."""
+    (block_q, block_k), (q_positions, k_positions) = blocks, positions
+    batch, num_queries, num_keys, head_dim = sizes
     rule = everything() if mask is None else as_mask(mask)
     mods = as_score_mods(score_mods)
     scale = 1 / math.sqrt(head_dim) if scale is None else check_positive("scale", scale)
@@ -522,19 +509,8 @@ def flash_attention(
         True
     """
     check_qkv(q, k, v)
-    problem = _problem(
-        mask,
-        score_mods,
-        scale,
-        block_q,
-        block_k,
-        q_positions,
-        k_positions,
-        q.shape[2],
-        k.shape[2],
-        q.shape[0],
-        q.shape[-1],
-        q.device,
-    )
+    sizes = (q.shape[0], q.shape[2], k.shape[2], q.shape[-1])  # (b, T, S, d)
+    blocks, positions = (block_q, block_k), (q_positions, k_positions)
+    problem = _problem(mask, score_mods, scale, blocks, positions, sizes, q.device)
     out: Tensor = FlashAttention.apply(q, k, v, problem)  # type: ignore[no-untyped-call]
     return out
