@@ -57,8 +57,10 @@ def check_tensor(
     ndim: int | Sequence[int] | None = None,
     floating: bool = False,
     like: Tensor | None = None,
+    shape: Sequence[int] | None = None,
+    dims: str = "",
 ) -> Tensor:
-    """Check that `value` is a tensor of the expected rank, kind, dtype and device.
+    """Check that `value` is a tensor of the expected rank, kind, dtype, device and shape.
 
     Args:
         name: the argument's name, for the message.
@@ -66,13 +68,15 @@ def check_tensor(
         ndim: the allowed number of dimensions (one, or several).
         floating: whether it must be a floating-point tensor.
         like: a tensor whose dtype and device `value` must share.
+        shape: the shape it must have, checked last.
+        dims: the names of `shape`'s dimensions, for the message, e.g. `"(B, H, T)"`.
 
     Returns:
         `value`, a tensor.
 
     Raises:
         TypeError: not a tensor, not floating point, or another dtype than `like`.
-        ValueError: another rank, or another device than `like`.
+        ValueError: another rank, another device than `like`, or another shape.
 
     Examples:
         >>> check_tensor("queries", [[1.0]])
@@ -83,6 +87,10 @@ def check_tensor(
         Traceback (most recent call last):
         ...
         ValueError: keys must have 2 or 3 dimensions, got shape (3,)
+        >>> check_tensor("beta", torch.zeros(2, 3), shape=(2, 4), dims="(B, T)")
+        Traceback (most recent call last):
+        ...
+        ValueError: beta must have shape (B, T) = (2, 4), got (2, 3)
     """
     if not isinstance(value, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -98,6 +106,9 @@ def check_tensor(
             raise TypeError(f"{name} must have dtype {like.dtype}, got {value.dtype}")
         if value.device != like.device:
             raise ValueError(f"{name} must be on {like.device}, got it on {value.device}")
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        want = f"{dims} = {tuple(shape)}" if dims else f"{tuple(shape)}"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(value.shape)}")
     return value
 
 

@@ -66,14 +66,9 @@ def check_gates(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Check `beta` and `g` `(B, H, T)` (`g` None: zeros, DeltaNet) and the state
     `(B, H, d_k, d_v)` (None: zeros) against the queries `q` `(B, H, T, d_k)`."""
-    beta = check_tensor("beta", beta, ndim=3, like=q)
-    if beta.shape != q.shape[:3]:
-        raise ValueError(
-            f"beta must have shape (B, H, T) {tuple(q.shape[:3])}, got {tuple(beta.shape)}"
-        )
-    g = torch.zeros_like(beta) if g is None else check_tensor("g", g, ndim=3, like=q)
-    if g.shape != beta.shape:
-        raise ValueError(f"g must have shape (B, H, T) {tuple(beta.shape)}, got {tuple(g.shape)}")
+    beta = check_tensor("beta", beta, ndim=3, like=q, shape=q.shape[:3], dims="(B, H, T)")
+    g = torch.zeros_like(beta) if g is None else g
+    g = check_tensor("g", g, ndim=3, like=q, shape=q.shape[:3], dims="(B, H, T)")
     # values, not only shapes: outside these ranges the rule is not a contraction, and an
     # infinite g (a full reset) is NaN in the chunked form's differences of its running sums
     if not bool(((beta >= 0) & (beta <= 1)).all()):
@@ -89,11 +84,7 @@ def check_gates(
     expected = (*q.shape[:2], q.shape[-1], d_v)
     if state is None:
         return beta, g, q.new_zeros(expected)
-    state = check_tensor("state", state, ndim=4, like=q)
-    if state.shape != expected:
-        raise ValueError(
-            f"state must have shape (B, H, d_k, d_v) {expected}, got {tuple(state.shape)}"
-        )
+    state = check_tensor("state", state, ndim=4, like=q, shape=expected, dims="(B, H, d_k, d_v)")
     return beta, g, state
 
 

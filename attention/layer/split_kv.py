@@ -127,9 +127,9 @@ def partial_backward(
         `(dq, dk, dv)`, of `q`'s, `k`'s and `v`'s shapes.
     """
     problem = _one_tile(q, k, v, mask, score_mods, q_positions, k_positions)
-    _check_like("d_out", d_out, (*q.shape[:-1], v.shape[-1]), q)
-    _check_like("lse", lse, q.shape[:-1], q)
-    _check_like("delta", delta, q.shape[:-1], q)
+    check_tensor("d_out", d_out, like=q, shape=(*q.shape[:-1], v.shape[-1]))
+    check_tensor("lse", lse, like=q, shape=q.shape[:-1])
+    check_tensor("delta", delta, like=q, shape=q.shape[:-1])
     saved = tuple(t.detach() for t in (q, k, v, lse))
     return _backward(problem, saved, d_out.detach(), delta.detach())
 
@@ -168,8 +168,8 @@ def merge(outputs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Te
         )
     first = outputs[0]
     for i, (o, lse_c) in enumerate(zip(outputs, lses, strict=True)):
-        _check_like(f"outputs[{i}]", o, first.shape, first)
-        _check_like(f"lses[{i}]", lse_c, first.shape[:-1], first)
+        check_tensor(f"outputs[{i}]", o, like=first, shape=first.shape)
+        check_tensor(f"lses[{i}]", lse_c, like=first, shape=first.shape[:-1])
     stacked = torch.stack(lses)  # (n, ..., T)
     lse = torch.logsumexp(stacked, dim=0)  # L = log sum_c e^(L_c)
     shift = lse.masked_fill(lse.isneginf(), 0.0)  # no visible key anywhere: weights 0
@@ -188,14 +188,6 @@ def _sets(name: str, value: object) -> list[Tensor]:
             f"{type(value).__name__}"
         )
     return list(value)
-
-
-def _check_like(name: str, value: object, shape: Sequence[int], like: Tensor) -> None:
-    """`value` a tensor of `shape`, with `like`'s dtype and device; else an error naming it."""
-    check_tensor(name, value, like=like)
-    assert isinstance(value, Tensor)
-    if tuple(value.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
 
 
 def split_kv_attention(

@@ -210,15 +210,15 @@ def test_bad_states_and_shapes_are_refused() -> None:
     q, k, v, beta, g = inputs(4)
     with pytest.raises(
         ValueError,
-        match=r"state must have shape \(B, H, d_k, d_v\) \(2, 3, 4, 5\), got \(2, 3, 5, 4\)",
+        match=r"state must have shape \(B, H, d_k, d_v\) = \(2, 3, 4, 5\), got \(2, 3, 5, 4\)",
     ):
         delta_recurrent(q, k, v, beta, g, torch.zeros(B, H, D_V, D_K, dtype=q.dtype))
     with pytest.raises(
-        ValueError, match=r"beta must have shape \(B, H, T\) \(2, 3, 4\), got \(2, 3, 3\)"
+        ValueError, match=r"beta must have shape \(B, H, T\) = \(2, 3, 4\), got \(2, 3, 3\)"
     ):
         delta_chunked(q, k, v, beta[:, :, :3], g)
     with pytest.raises(
-        ValueError, match=r"g must have shape \(B, H, T\) \(2, 3, 4\), got \(2, 2, 4\)"
+        ValueError, match=r"g must have shape \(B, H, T\) = \(2, 3, 4\), got \(2, 2, 4\)"
     ):
         delta_parallel(q, k, v, beta, g[:, :2])
     with pytest.raises(
