@@ -534,10 +534,18 @@ def test_notebook_templates_are_compiled_once_and_again_when_edited(tmp_path: Pa
     template.write_text("{{ x * 5 }}")
     assert (render(), len(compiled)) == ("10", 2)
 
-    nbconvert = pytest.importorskip("nbconvert")  # the docs extra: every exporter keeps them
+
+def test_every_nbconvert_exporter_keeps_the_compiled_templates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nbconvert = pytest.importorskip("nbconvert")  # the docs extra's
+    exporters = nbconvert.exporters.templateexporter.TemplateExporter
+    create = exporters._create_environment  # nbconvert's own, restored after the test
+    monkeypatch.setattr(exporters, "_create_environment", getattr(create, "original", create))
+    kept = notebooks.KeptTemplates()
     kept.install()
     kept.install()  # once per process, not wrapped twice
-    create = nbconvert.exporters.templateexporter.TemplateExporter._create_environment
+    create = exporters._create_environment
     assert create.kept is kept and not hasattr(create.original, "kept")
     exporter = nbconvert.HTMLExporter()
     assert exporter.environment.bytecode_cache is kept
