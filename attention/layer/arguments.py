@@ -74,12 +74,14 @@ def layer_mask(causal: bool | None, window: int | None, sinks: int, mask: object
 
 
 def check_cross_options(kdim: int, vdim: int, d_in: int, **options: object) -> None:
-    """Other widths than `d_in` are for cross-attention: no causal mask, RoPE, sink or mask."""
+    """Other widths than `d_in` are for cross-attention: no causal mask, RoPE, sink, QK-norm or
+    mask."""
     if any(value not in (False, None, ()) for value in options.values()):
         got = ", ".join(f"{k}={v}" for k, v in options.items())
         raise ValueError(
             f"kdim={kdim}, vdim={vdim} (other than d_in={d_in}) are for cross-attention, "
-            f"which needs causal=False, rope=False, no sink_logit, mask or score_mods; got {got}"
+            f"which needs causal=False, rope=False, no sink_logit, qk_norm, mask or score_mods; "
+            f"got {got}"
         )
 
 
@@ -186,10 +188,16 @@ def padding_zeroed(
 
 
 def check_angles(
-    angles: object, num_tokens: int, head_dim: int, rope: bool, batch_size: int
+    angles: object,
+    num_tokens: int,
+    head_dim: int,
+    rope: bool,
+    batch_size: int,
+    device: torch.device,
 ) -> None:
-    """RoPE's `(cos, sin)`: two tensors of one shape, `(num_tokens, head_dim)` (every row's
-    positions the same) or `(batch_size or 1, 1, num_tokens, head_dim)` (each row's own), as
+    """RoPE's `(cos, sin)`: two floating-point tensors of one shape on the input's `device`,
+    `(num_tokens, head_dim)` (every row's positions the same) or
+    `(batch_size or 1, 1, num_tokens, head_dim)` (each row's own), as
     [`RotaryTable.at`][attention.layer.positions.RotaryTable.at] makes them. A
     `(batch, num_tokens, head_dim)` pair (transformers' layout) would broadcast its rows
     against the heads: refused."""
@@ -212,6 +220,13 @@ def check_angles(
             f"angles must be (cos, sin) of shape ({num_tokens}, {head_dim}) or "
             f"({rows}, 1, {num_tokens}, {head_dim}); got cos {shape} and sin {tuple(sin.shape)}"
         )
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not t.is_floating_point():
+            raise TypeError(f"angles must be floating-point (cos, sin), got {name} of {t.dtype}")
+        if t.device != device:
+            raise ValueError(
+                f"angles must be on the input's device {device}, got {name} on {t.device}"
+            )
 
 
 def check_cache(

@@ -91,24 +91,28 @@ def check(
     value: object,
     key_padding_mask: object,
     cache: object,
-    self_only: tuple[object, ...] = (),
+    *,
+    document_ids: object = None,
+    positions: object = None,
+    angles: object = None,
 ) -> None:
     """Raise an error naming the argument unless cross-attention can run on these;
-    `self_only`: the self-attention arguments given (`document_ids`, `positions`, `angles`)."""
-    if any(v is not None for v in self_only):
+    `document_ids`, `positions` and `angles` belong to self-attention and are refused."""
+    if document_ids is not None or positions is not None or angles is not None:
         raise ValueError(
             "document_ids pack one sequence's documents (positions and angles "
             "place its tokens): not for cross-attention (key given)"
         )
     plain = layer.rule.bounds.everything and not layer.score_mods
-    gated = layer.W_gate is not None
-    if layer.causal or layer.rope or layer.sink_logits is not None or not plain or gated:
+    gated, normed = layer.W_gate is not None, layer.q_norm is not None
+    if layer.causal or layer.rope or layer.sink_logits is not None or not plain or gated or normed:
         raise ValueError(
             "cross-attention (key and value from another sequence, or a cache on a module "
             "with causal=False) needs causal=False, rope=False, no sink logit, output gate, "
-            f"mask or score modifier; this module has causal={layer.causal}, "
+            f"QK-norm, mask or score modifier; this module has causal={layer.causal}, "
             f"rope={layer.rope}, sink_logit={layer.sink_logits is not None}, "
-            f"output_gate={gated}, mask={layer.rule!r}, score_mods={list(layer.score_mods)}"
+            f"output_gate={gated}, qk_norm={layer.spec.qk_norm!r}, mask={layer.rule!r}, "
+            f"score_mods={list(layer.score_mods)}"
         )
     if cache is not None:
         _check_cache(layer, cache, batch, key)

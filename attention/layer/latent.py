@@ -373,7 +373,7 @@ class MultiHeadLatentAttention(Specified, nn.Module):
         if cache is not None:
             self.check_cache(cache, b, num_tokens)
         if angles is not None:
-            arguments.check_angles(angles, num_tokens, self.qk_rope_head_dim, True, b)
+            arguments.check_angles(angles, num_tokens, self.qk_rope_head_dim, True, b, x.device)
         if num_tokens == 0 or b == 0:  # nothing to attend: empty outputs, the cache unchanged
             empty = x.new_zeros(b, num_tokens, self.d_in)
             keys = num_tokens + (cache.length if cache is not None else 0)

@@ -366,8 +366,8 @@ class MultiHeadAttention(Specified, nn.Module):
             check_flag("need_weights", need_weights)
         spec = self._spec
         if key is not None or value is not None or (cache is not None and self._cross):
-            self_only = (document_ids, positions, angles)  # refused with cross-attention
-            cross.check(self, x.shape[0], key, value, key_padding_mask, cache, self_only)
+            self_only = {"document_ids": document_ids, "positions": positions, "angles": angles}
+            cross.check(self, x.shape[0], key, value, key_padding_mask, cache, **self_only)
             out, weights = cross.attend(self, x, key, value, key_padding_mask, cache, need_weights)
             return out if weights is None else (out, weights)
         if (self.kdim, self.vdim) != (self.d_in, self.d_in):
@@ -392,8 +392,10 @@ class MultiHeadAttention(Specified, nn.Module):
                 and cos.shape == sin.shape
                 and cos.shape[-2:] == (num_tokens, rotary_dim)
                 and cos.shape[:-2] in ((), (1, 1), (b, 1))
+                and (cos.dtype, cos.device, sin.device) == (sin.dtype, x.device, x.device)
+                and cos.dtype.is_floating_point
             ):
-                arguments.check_angles(angles, num_tokens, rotary_dim, self.rope, b)
+                arguments.check_angles(angles, num_tokens, rotary_dim, self.rope, b, x.device)
         if num_tokens == 0:  # nothing to attend, nothing stored: empty outputs
             empty = x.new_zeros(b, 0, self.out_features)
             return (empty, x.new_zeros(b, self.num_heads, 0, 0)) if need_weights else empty
@@ -438,10 +440,9 @@ class MultiHeadAttention(Specified, nn.Module):
             options = self._new_options(p, sink_logits)
         use_flex = x.device.type in flex.ON and flex.usable(x.device, p, sink_logits is not None)
         try:
-            chosen = plan_call(
+            self._trace[0] = chosen = plan_call(  # what runs: the plan printed is this one
                 spec.mask, q, k, options, own=own, need_weights=need_weights, flex=use_flex
             )
-            self._trace[0] = chosen  # what ran: the plan is the one printed
             context_vec, attn_weights = run(
                 chosen, queries_, keys, values, spec.mask, q, k, options
             )

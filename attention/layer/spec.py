@@ -202,8 +202,9 @@ def layer_spec(
             vdim,
             d_in,
             causal=rule.bounds.causal,
-            rope=rope or qk_norm is not None,
+            rope=rope,
             sink_logit=sink_logit,
+            qk_norm=qk_norm,
             mask=mask,
             score_mods=mods,
         )

@@ -103,15 +103,20 @@ def test_nan_in_padded_keys_changes_nothing(device: torch.device) -> None:
 def test_cross_attention_widths_need_a_module_that_can_cross_attend() -> None:
     with pytest.raises(
         ValueError,
-        match=r"kdim=6, vdim=16 \(other than d_in=16\) are for cross-attention, which needs causal=False, rope=False, no sink_logit, mask or score_mods; got causal=True",
+        match=r"kdim=6, vdim=16 \(other than d_in=16\) are for cross-attention, which needs causal=False, rope=False, no sink_logit, qk_norm, mask or score_mods; got causal=True",
     ):
         MultiHeadAttention(D, D, 32, 0.0, num_heads=H, kdim=6)
+    with pytest.raises(
+        ValueError, match=r"got causal=False, rope=False, sink_logit=False, qk_norm=head,"
+    ):
+        MultiHeadAttention(D, D, 32, 0.0, num_heads=H, kdim=6, causal=False, qk_norm="head")
 
 
 @pytest.mark.parametrize(
     ("extra", "call", "error", "match"),
     [
-        ({"causal": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"cross-attention .* needs causal=False, rope=False, no sink logit, output gate, mask or score modifier; this module has causal=True"),
+        ({"causal": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"cross-attention .* needs causal=False, rope=False, no sink logit, output gate, QK-norm, mask or score modifier; this module has causal=True"),
+        ({"qk_norm": "head", "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"output_gate=False, qk_norm='head', mask="),
         ({"output_gate": True}, {"key": "k", "value": "v"}, ValueError, r"this module has causal=False, rope=False, sink_logit=False, output_gate=True"),
         ({"rope": True, "kdim": D, "vdim": D}, {"key": "x"}, ValueError, r"this module has causal=False, rope=True"),
         ({}, {"key": torch.randn(3, S, 11, dtype=torch.float64)}, ValueError, r"key must have shape \(batch, num_keys, kdim\) = \(3, num_keys, 12\), got \(3, 9, 11\)"),
@@ -145,3 +150,15 @@ def test_bad_cross_attention_arguments_are_named(
         call["cache"] = caches[call["cache"]]
     with pytest.raises(error, match=match):
         mha(x, **call)
+
+
+def test_cross_check_names_the_self_attention_arguments_it_refuses() -> None:
+    """`cross.check` (public in its module) takes them by keyword, as the layer passes them."""
+    from attention.layer import cross
+
+    mha = layer(kdim=12, vdim=7, device=torch.device("cpu"))
+    _, key, value = inputs(12, 7, torch.device("cpu"))
+    ids = torch.zeros(3, T, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"document_ids pack one sequence's documents"):
+        cross.check(mha, 3, key, value, None, None, document_ids=ids)
+    cross.check(mha, 3, key, value, None, None)  # nothing self-only: fine

@@ -457,6 +457,21 @@ def test_a_decode_step_enters_no_more_python_functions_than_before(
         ({"positions": torch.zeros(2, 3, dtype=torch.long)}, ValueError, r"\(2, 5\)"),
         ({"angles": (torch.zeros(5, 8),)}, ValueError, "angles must be RoPE's"),
         ({"angles": "cos, sin"}, ValueError, "angles must be RoPE's"),
+        (
+            {"angles": (torch.ones(5, 8, dtype=torch.long), torch.zeros(5, 8))},
+            TypeError,
+            r"angles must be floating-point \(cos, sin\), got cos of torch.int64",
+        ),
+        (
+            {"angles": (torch.ones(5, 8), torch.zeros(5, 8, dtype=torch.long))},
+            TypeError,
+            r"got sin of torch.int64",
+        ),
+        (
+            {"angles": (torch.ones(5, 8), torch.zeros(5, 8, device="meta"))},
+            ValueError,
+            r"angles must be on the input's device cpu, got sin on meta",
+        ),
         ({"need_weights": 1}, TypeError, "need_weights"),
     ],
 )
