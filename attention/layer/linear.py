@@ -176,9 +176,9 @@ def _check_state(state: object, q: Tensor, v: Tensor) -> LinearState:
     if not isinstance(state, LinearState):
         raise TypeError(f"state must be a LinearState, got {type(state).__name__}")
     empty = LinearState.zeros(q, v)
-    for name in ("S", "z"):  # the shapes these q and v give
+    for name, dims in (("S", "(B, H, d_k, d_v) of q and v"), ("z", "(B, H, d_k) of q")):
         expected = getattr(empty, name).shape
-        check_tensor(f"state.{name}", getattr(state, name), like=q, shape=expected)
+        check_tensor(f"state.{name}", getattr(state, name), like=q, shape=expected, dims=dims)
     return state
 
 

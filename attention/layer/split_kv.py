@@ -166,7 +166,7 @@ def merge(outputs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Te
             f"merge needs one lse per output, at least one: got {len(outputs)} "
             f"outputs and {len(lses)} lses"
         )
-    first = outputs[0]
+    first = check_tensor("outputs[0]", outputs[0], floating=True)  # the others are like it
     for i, (o, lse_c) in enumerate(zip(outputs, lses, strict=True)):
         check_tensor(f"outputs[{i}]", o, like=first, shape=first.shape)
         check_tensor(f"lses[{i}]", lse_c, like=first, shape=first.shape[:-1])

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention.checks import check_positive, check_size
+from attention.checks import check_positive, check_size, check_tensor
 from attention.layer.arguments import Positions, check_qkv, positions_line
 from attention.layer.masks import Bounds, Mask, as_mask, everything
 from attention.layer.score_mods import ScoreMod, as_score_mods
@@ -230,6 +230,8 @@ def tile_grid(
                 [0, 1, 1, 0],
                 [0, 0, 1, 1]])
     """
+    q_positions = check_tensor("q_positions", q_positions, ndim=(1, 2))
+    k_positions = check_tensor("k_positions", k_positions, ndim=(1, 2))
     sizes = (1, q_positions.shape[-1], k_positions.shape[-1], 8)  # one row; any head size
     positions = (q_positions, k_positions)
     problem = _problem(mask, (), None, (block_q, block_k), positions, sizes, q_positions.device)

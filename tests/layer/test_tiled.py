@@ -294,6 +294,14 @@ def test_merge_and_partial_backward_refuse_what_does_not_fit() -> None:
         merge([o, o[..., :1, :]], [lse, lse])
     with pytest.raises(TypeError, match=r"lses\[0\] must have dtype torch.float64"):
         merge([o], [lse.float()])
+    with pytest.raises(TypeError, match=r"outputs\[0\] must be a torch.Tensor, got NoneType"):
+        merge([None, o], [lse, lse])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"outputs\[0\] must be a floating-point tensor"):
+        merge([o.long()], [lse])
+    with pytest.raises(
+        ValueError, match=r"q_positions must have 1 or 2 dimensions, got shape \(\)"
+    ):
+        tile_grid(causal(), torch.tensor(3), torch.arange(4))
     with pytest.raises(TypeError, match=r"outputs must be a list or tuple of tensors"):
         merge(o.numpy(), [lse])  # type: ignore[arg-type]
     stacked, _ = merge(torch.stack([o, o]), torch.stack([lse, lse]))  # a tensor: one per set
