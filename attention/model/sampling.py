@@ -20,7 +20,27 @@ __all__ = ["Sampling", "check_sampling", "nucleus"]
 
 @dataclass(frozen=True)
 class Sampling:
-    """How the next token is chosen from the last position's logits."""
+    r"""How the next token is chosen from the last position's logits.
+
+    Attributes:
+        temperature: $\tau$; the draw is from $\operatorname{softmax}(z / \tau)$, and 0 (or
+            a value too small to divide float32 by) is greedy, the argmax.
+        top_k: draw only from the `top_k` highest logits; None: from all.
+        top_p: draw only from the nucleus, the most likely tokens whose probabilities first
+            reach `top_p` (`nucleus`); None: from all.
+        generator: the random numbers: one `torch.Generator` for the batch, one per row
+            (a tuple), or None for torch's global one.
+
+    Examples:
+        >>> logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0]])
+        >>> Sampling().next_token(logits)  # temperature 0: greedy
+        tensor([[1],
+                [0]])
+        >>> draw = Sampling(temperature=1.0, top_k=1, generator=torch.Generator().manual_seed(0))
+        >>> draw.next_token(logits)  # a draw from the one highest: the argmax again
+        tensor([[1],
+                [0]])
+    """
 
     temperature: float = 0.0
     top_k: int | None = None
@@ -56,6 +76,18 @@ def nucleus(logits: Tensor, top_p: float) -> Tensor:
 
     As Hugging Face's `TopPLogitsWarper`: sorted from least likely, a token goes while the
     probability up to and including it is at most `1 - top_p`.
+
+    Args:
+        logits: `(b, vocab)`.
+        top_p: in (0, 1].
+
+    Returns:
+        `logits` with the tokens outside the nucleus set to `-inf`.
+
+    Examples:
+        >>> probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+        >>> nucleus(probs.log(), top_p=0.8).exp()  # 0.5 + 0.3 reach 0.8
+        tensor([[0.5000, 0.3000, 0.0000, 0.0000]])
     """
     sorted_logits, order = torch.sort(logits, descending=False)  # (b, vocab)
     cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
@@ -72,7 +104,27 @@ def check_sampling(
     top_p: object,
     generator: object,
 ) -> Sampling:
-    """`generate`'s sampling arguments, each checked by name."""
+    """`generate`'s sampling arguments, each checked by name, as one `Sampling`.
+
+    Raises:
+        TypeError: a temperature or `top_p` that is not a real number (a bool included), a
+            `top_k` that is not an int, a generator that is not a `torch.Generator` or a list
+            of them.
+        ValueError: a negative or non-finite temperature, `top_p` outside (0, 1], `top_k`
+            below 1, generators on another device than the model, or a list of them whose
+            length is not `batch_size`.
+
+    Examples:
+        >>> from attention.model.gpt import GPTModel
+        >>> model = GPTModel({"vocab_size": 8, "context_length": 4, "emb_dim": 4,
+        ...                   "n_heads": 1, "n_layers": 1, "drop_rate": 0.0, "qkv_bias": False})
+        >>> check_sampling(model, 2, temperature=0.7, top_k=None, top_p=0.9, generator=None)
+        Sampling(temperature=0.7, top_k=None, top_p=0.9, generator=None)
+        >>> check_sampling(model, 2, temperature=1, top_k=None, top_p=1.5, generator=None)
+        Traceback (most recent call last):
+        ...
+        ValueError: top_p must be in (0, 1], got 1.5
+    """
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise TypeError(f"temperature must be a number >= 0, got {temperature!r:.40}")
     tau = float(temperature)
