@@ -30,9 +30,12 @@ def main(argv: Sequence[str] | None = None) -> Path:
     )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     parser.add_argument(
-        "--only", nargs="+", choices=EXPERIMENTS, metavar="EXPERIMENT",
+        "--only",
+        nargs="+",
+        choices=EXPERIMENTS,
+        metavar="EXPERIMENT",
         help=f"run only these experiments ({', '.join(EXPERIMENTS)}); needs --out",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     if args.only and args.out is None:
         parser.error("--only needs --out: a partial run does not replace the results file")

@@ -41,9 +41,13 @@ def _contenders(
     if hf and hf_gpt2.available():
         their = hf_gpt2.to_hf_gpt2(model)
         ways["hf_padded_batch"] = lambda: their.generate(
-            idx, attention_mask=mask, do_sample=False, max_new_tokens=n_new,
-            min_new_tokens=n_new, pad_token_id=0,
-        )  # fmt: skip
+            idx,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=n_new,
+            min_new_tokens=n_new,
+            pad_token_id=0,
+        )
     return ways
 
 
@@ -82,16 +86,31 @@ def padded_batch_rows(
                     times[name].append(time.perf_counter() - start)
     longest = max(lengths)
     pairs = enumerate(zip(prompts, outputs["one_by_one"], strict=True))
-    same = all(torch.equal(outputs["padded_batch"][i, longest - len(p) :], alone[0])
-               for i, (p, alone) in pairs)  # fmt: skip
+    same = all(
+        torch.equal(outputs["padded_batch"][i, longest - len(p) :], alone[0])
+        for i, (p, alone) in pairs
+    )
     tokens = len(lengths) * new_tokens
-    base = {"experiment": "padded_batch", "mode": "generate", "device": device.type,
-            "dtype": "float32", "batch": len(lengths), "lengths": list(lengths),
-            "num_tokens": longest, "new_tokens": new_tokens}  # fmt: skip
-    rows = {name: {**base, "impl": "hf_gpt2" if name.startswith("hf") else "gpt2_124m",
-                   "way": name.removeprefix("hf_"), **Timing(t).summary(),
-                   "s_per_token": statistics.median(t) / tokens}
-            for name, t in times.items()}  # fmt: skip
+    base = {
+        "experiment": "padded_batch",
+        "mode": "generate",
+        "device": device.type,
+        "dtype": "float32",
+        "batch": len(lengths),
+        "lengths": list(lengths),
+        "num_tokens": longest,
+        "new_tokens": new_tokens,
+    }
+    rows = {
+        name: {
+            **base,
+            "impl": "hf_gpt2" if name.startswith("hf") else "gpt2_124m",
+            "way": name.removeprefix("hf_"),
+            **Timing(t).summary(),
+            "s_per_token": statistics.median(t) / tokens,
+        }
+        for name, t in times.items()
+    }
     batch = rows["padded_batch"]
     batch["same_tokens_as_alone"] = same
     batch["time_per_token_vs_one_by_one"] = batch["median_s"] / rows["one_by_one"]["median_s"]

@@ -32,6 +32,8 @@ from attention.model.gpt import GPT_CONFIG_124M, GPTModel
 from attention.model.shapes import ModelShape, kv_cache_bytes
 from attention_bench import hf as hf_gpt2
 from attention_bench.generation import (
+    Contender,
+    Times,
     graphed_contender,
     hf_contender,
     our_contender,
@@ -60,9 +62,8 @@ steps and whole generation once a round, the contenders' order alternating."""
 
 
 def _shape(cfg: dict[str, Any]) -> ModelShape:
-    h = cfg["n_heads"]
-    return ModelShape("GPT-2 124M", cfg["n_layers"], cfg["emb_dim"], h, cfg.get("n_kv_heads") or h,
-                      cfg["emb_dim"] // h)  # fmt: skip
+    h, layers, d = cfg["n_heads"], cfg["n_layers"], cfg["emb_dim"]
+    return ModelShape("GPT-2 124M", layers, d, h, cfg.get("n_kv_heads") or h, d // h)
 
 
 def limits(
@@ -85,8 +86,12 @@ def limits(
         )
     total, indexed = weights
     att: MultiHeadAttention = model.trf_blocks[0].att  # type: ignore[assignment]
-    cfg = {"n_layers": len(model.trf_blocks), "emb_dim": model.tok_emb.weight.shape[1],
-           "n_heads": att.num_heads, "n_kv_heads": att.num_kv_heads}  # fmt: skip
+    cfg = {
+        "n_layers": len(model.trf_blocks),
+        "emb_dim": model.tok_emb.weight.shape[1],
+        "n_heads": att.num_heads,
+        "n_kv_heads": att.num_kv_heads,
+    }
     cache = kv_cache_bytes(_shape(cfg), cached_tokens, batch, bytes_per_number=4)
     return {
         "weights_bytes": total,
@@ -148,24 +153,20 @@ def decode_rows(
         prompt = torch.randint(0, model.vocab_size, (batch, n_prompt), device=device.type)
         times = time_contenders(contenders, prompt, n_new, ROUNDS[batch], device, i == 0)
         uncached_s = _uncached_s(model, prompt, n_uncached, device)
-        base = {"experiment": "decode", "mode": "decode", "device": device.type,
-                "dtype": str(dtype).removeprefix("torch."),
-                "batch": batch, "num_tokens": n_prompt, "new_tokens": n_new}  # fmt: skip
+        base = {
+            "experiment": "decode",
+            "mode": "decode",
+            "device": device.type,
+            "dtype": str(dtype).removeprefix("torch."),
+            "batch": batch,
+            "num_tokens": n_prompt,
+            "new_tokens": n_new,
+        }
         by_impl = {}
         for c in contenders:
             t = times[c.impl]
-            step_s, prefill_s = statistics.median(t.steps), statistics.median(t.prefill)
             bound = limits(model, batch, n_prompt + n_new // 2, bandwidth, c.weights)
-            by_impl[c.impl] = {
-                **base, "impl": c.impl, "prefill_s": prefill_s, "prefill_times_s": t.prefill,
-                **Timing(t.steps).summary(),  # the decode steps: median_s, quartiles, times
-                "cached_tokens_per_s": batch / step_s,
-                "generate_s": statistics.median(t.generate), "generate_times_s": t.generate,
-                "read_bytes_per_s": bandwidth, **bound,
-                "fraction_of_limit": batch / step_s / bound["limit_tokens_per_s"],
-                "fraction_of_read_limit": batch / step_s / bound["limit_read_tokens_per_s"],
-                **(c.extra or {}),
-            }  # fmt: skip
+            by_impl[c.impl] = _row(base, c, t, bandwidth, bound)
         ours = by_impl["gpt2_124m"]
         ours["uncached_tokens_per_s"] = batch / uncached_s
         # the whole generation: prefill + n_new cached steps, against n_new uncached ones
@@ -177,6 +178,30 @@ def decode_rows(
         if hf and missing is not None:
             rows.append({**base, "impl": "hf_gpt2", "skipped": missing})
     return rows
+
+
+def _row(
+    base: dict[str, Any], c: Contender, t: Times, bandwidth: float, bound: dict[str, float]
+) -> dict[str, Any]:
+    """Contender `c`'s row at `base`'s batch: its prefill, decode steps and generation (`t`),
+    and how near its decode comes to the `bound` of its reading its weights at `bandwidth`."""
+    batch = base["batch"]
+    step_s, prefill_s = statistics.median(t.steps), statistics.median(t.prefill)
+    return {
+        **base,
+        "impl": c.impl,
+        "prefill_s": prefill_s,
+        "prefill_times_s": t.prefill,
+        **Timing(t.steps).summary(),  # the decode steps: median_s, quartiles, times
+        "cached_tokens_per_s": batch / step_s,
+        "generate_s": statistics.median(t.generate),
+        "generate_times_s": t.generate,
+        "read_bytes_per_s": bandwidth,
+        **bound,
+        "fraction_of_limit": batch / step_s / bound["limit_tokens_per_s"],
+        "fraction_of_read_limit": batch / step_s / bound["limit_read_tokens_per_s"],
+        **(c.extra or {}),
+    }
 
 
 def _versus_hf(by_impl: dict[str, dict[str, Any]]) -> None:
@@ -208,8 +233,12 @@ def gemv_bandwidths(device: Device | None = None) -> dict[str, float]:
             "transposed layout (in, out)": lambda: x @ weight_in_out,
             "reading alone (a sum)": lambda: weight.sum(),
         },
-        device, budget_s=0.5, min_repeats=5, max_repeats=10, memory=False,
-    )  # fmt: skip
+        device,
+        budget_s=0.5,
+        min_repeats=5,
+        max_repeats=10,
+        memory=False,
+    )
     return {name: nbytes / min(t.times_s) for name, t in timings.items()}
 
 
@@ -228,8 +257,10 @@ def step_parts(
     device = device or Device.from_env()
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     weight = model.tok_emb.weight
-    inputs = {m.in_features: torch.randn(1, 1, m.in_features, device=weight.device,
-                                         dtype=weight.dtype) for m in linears}  # fmt: skip
+    inputs = {
+        m.in_features: torch.randn(1, 1, m.in_features, device=weight.device, dtype=weight.dtype)
+        for m in linears
+    }
     token = torch.zeros(1, 1, dtype=torch.long, device=weight.device)
     with torch.no_grad():
         caches = model.init_caches(1, prompt_tokens + 1)
@@ -244,6 +275,12 @@ def step_parts(
             for m in linears:
                 m(inputs[m.in_features])
 
-        timings = measure({"step": step, "products": products}, device, budget_s=1.0,
-                          min_repeats=10, max_repeats=30, memory=False)  # fmt: skip
+        timings = measure(
+            {"step": step, "products": products},
+            device,
+            budget_s=1.0,
+            min_repeats=10,
+            max_repeats=30,
+            memory=False,
+        )
     return {f"{name}_s": min(t.times_s) for name, t in timings.items()}

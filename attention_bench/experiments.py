@@ -81,8 +81,9 @@ class Config:
         generation writes 256 tokens after its prompt of 256 (32 on the CPU)."""
         if device != "cuda":
             return cls(device=device)
-        return cls(device=device, dtypes=("float32", "float16", "bfloat16"),
-                   decode_tokens=(256, 256))  # fmt: skip
+        return cls(
+            device=device, dtypes=("float32", "float16", "bfloat16"), decode_tokens=(256, 256)
+        )
 
     @classmethod
     def quick(cls, device: str) -> Config:
@@ -96,14 +97,26 @@ class Config:
             gpt2_min_repeats=3,
             max_repeats=3,
             compile=False,
-            decode_model={"vocab_size": 64, "context_length": 48, "emb_dim": 32, "n_heads": 4,
-                          "n_layers": 2, "drop_rate": 0.0, "qkv_bias": False},
+            decode_model={
+                "vocab_size": 64,
+                "context_length": 48,
+                "emb_dim": 32,
+                "n_heads": 4,
+                "n_layers": 2,
+                "drop_rate": 0.0,
+                "qkv_bias": False,
+            },
             decode_tokens=(16, 8),
             batched_new=8,
             batched_lengths=(3, 5, 9, 20),
             roof_bytes=2**24,
             long_window=(256, 32),
-        )  # fmt: skip
+        )
+
+
+def _say(*parts: object) -> None:
+    """Print one line of progress now: flushed, as the run takes minutes."""
+    print(*parts, flush=True)
 
 
 class Recorder:
@@ -126,7 +139,7 @@ class Recorder:
         self.rows.append(row)
         head = f"  {row['impl']:<22} {row['mode']:<16} T={row['num_tokens']:<5}"
         if "skipped" in row:
-            print(head, "skipped", flush=True)
+            _say(head, "skipped")
             return
         parts = [f"{1e3 * row['median_s']:9.2f} ms"]
         if row.get("ratio_to_reference") is not None:
@@ -135,7 +148,7 @@ class Recorder:
             parts.append(f"{100 * row['matmul_fraction']:5.1f}% of matmul")
         if row.get("peak_bytes") is not None:
             parts.append(f"peak {row['peak_bytes'] / 2**20:8.1f} MiB")
-        print(head, "  ".join(parts), flush=True)
+        _say(head, "  ".join(parts))
 
 
 def compare(
@@ -404,44 +417,52 @@ def _run_compile(rec: Recorder, cfg: Config, dtype: str) -> None:
 def run_decode(rec: Recorder, cfg: Config) -> None:
     """Generation: ours, and Hugging Face's GPT-2 on the same weights where it is installed."""
     prompt, new = cfg.decode_tokens
-    print(f"generation, prompt {prompt} tokens, {new} new", flush=True)
-    rows = []
-    for dtype in cfg.dtypes:  # float32 on the CPU; and float16, bfloat16 on CUDA
-        rows += decode_rows(Device(cfg.device), cfg.seed, cfg.decode_model, prompt, new,
-                            roof_bytes=cfg.roof_bytes, dtype=getattr(torch, dtype))  # fmt: skip
+    _say(f"generation, prompt {prompt} tokens, {new} new")
+    rows, device = [], Device(cfg.device)
+    for name in cfg.dtypes:  # float32 on the CPU; and float16, bfloat16 on CUDA
+        dtype = getattr(torch, name)
+        rows += decode_rows(
+            device, cfg.seed, cfg.decode_model, prompt, new, roof_bytes=cfg.roof_bytes, dtype=dtype
+        )
     for row in rows:
         rec.rows.append(row)
         head = f"  {row['impl']:<15} {row['dtype']:<8} batch {row['batch']}:"
         if "skipped" in row:
-            print(head, "skipped:", row["skipped"], flush=True)
+            _say(head, "skipped:", row["skipped"])
             continue
-        print(f"{head} prefill {1e3 * row['prefill_s']:.1f} ms, decode "
-              f"{row['cached_tokens_per_s']:.1f} tokens/s cached, generation "
-              f"{row['generate_s']:.3f} s, {row['fraction_of_read_limit']:.2f} of the "
-              "weights-read limit", flush=True)  # fmt: skip
+        _say(
+            f"{head} prefill {1e3 * row['prefill_s']:.1f} ms, decode "
+            f"{row['cached_tokens_per_s']:.1f} tokens/s cached, generation "
+            f"{row['generate_s']:.3f} s, {row['fraction_of_read_limit']:.2f} of the "
+            "weights-read limit"
+        )
         if "uncached_tokens_per_s" in row:
-            print(f"  {'':<15} {row['uncached_tokens_per_s']:.1f} tokens/s uncached, "
-                  f"{row['fraction_of_limit']:.2f} of the bandwidth limit", flush=True)  # fmt: skip
+            _say(
+                f"  {'':<15} {row['uncached_tokens_per_s']:.1f} tokens/s uncached, "
+                f"{row['fraction_of_limit']:.2f} of the bandwidth limit"
+            )
         if "decode_speed_vs_hf" in row:
-            print(f"  {'':<15} vs hf_gpt2: decode {row['decode_speed_vs_hf']:.2f}x as fast, "
-                  f"prefill {row['prefill_time_vs_hf']:.2f}x the time, generation "
-                  f"{row['generate_time_vs_hf']:.2f}x the time", flush=True)  # fmt: skip
+            _say(
+                f"  {'':<15} vs hf_gpt2: decode {row['decode_speed_vs_hf']:.2f}x as fast, "
+                f"prefill {row['prefill_time_vs_hf']:.2f}x the time, generation "
+                f"{row['generate_time_vs_hf']:.2f}x the time"
+            )
     rec.sample_load("after generation")
 
 
 def run_batched(rec: Recorder, cfg: Config) -> None:
     """A padded batch of prompts of different lengths, against the same prompts one by one."""
-    new = cfg.batched_new
-    print(f"padded batch, prompts of {list(cfg.batched_lengths)} tokens, {new} new", flush=True)
-    rows = padded_batch_rows(Device(cfg.device), cfg.seed, cfg.decode_model,
-                             cfg.batched_lengths, new)  # fmt: skip
+    new, lengths = cfg.batched_new, cfg.batched_lengths
+    _say(f"padded batch, prompts of {list(lengths)} tokens, {new} new")
+    rows = padded_batch_rows(Device(cfg.device), cfg.seed, cfg.decode_model, lengths, new)
     for row in rows:
         rec.rows.append(row)
-        print(f"  {row['impl']:<10} {row['way']:<13} {1e3 * row['s_per_token']:.1f} ms per token",
-              flush=True)  # fmt: skip
+        _say(f"  {row['impl']:<10} {row['way']:<13} {1e3 * row['s_per_token']:.1f} ms per token")
     batch = rows[0]
-    print(f"  padded batch: {batch['time_per_token_vs_one_by_one']:.2f}x the time per token of "
-          f"one by one, the same tokens: {batch['same_tokens_as_alone']}", flush=True)  # fmt: skip
+    _say(
+        f"  padded batch: {batch['time_per_token_vs_one_by_one']:.2f}x the time per token of "
+        f"one by one, the same tokens: {batch['same_tokens_as_alone']}"
+    )
     rec.sample_load("after padded batch")
 
 
@@ -450,11 +471,10 @@ def run_window(rec: Recorder, cfg: Config) -> None:
     dtype = "bfloat16" if cfg.device == "cuda" else cfg.dtypes[0]
     rows = long_window_rows(Device(cfg.device), dtype, cfg.long_window)
     first = rows[0]
-    print(f"one layer, d 1024, 16 heads, T={first['num_tokens']}, window {first['window']}, "
-          f"{dtype}", flush=True)  # fmt: skip
+    _say(f"one layer, d 1024, 16 heads, T={first['num_tokens']}, window {first['window']}, {dtype}")
     for row in rows:
         rec.rows.append(row)
-        print(f"  {row['impl']:<12} {1e3 * row['median_s']:9.2f} ms", flush=True)
+        _say(f"  {row['impl']:<12} {1e3 * row['median_s']:9.2f} ms")
     rec.sample_load("after window")
 
 
@@ -471,7 +491,7 @@ def run(cfg: Config) -> dict[str, Any]:
     if "sweep" in cfg.experiments:
         run_sweep(rec, cfg, impls, sweep_dtype, matmul.get(sweep_dtype))
     if "construct" in cfg.experiments:
-        print(f"construction at context_length={cfg.construct_context_length}", flush=True)
+        _say(f"construction at context_length={cfg.construct_context_length}")
         run_construct(rec, cfg)
     if "decode" in cfg.experiments:
         run_decode(rec, cfg)
@@ -480,7 +500,7 @@ def run(cfg: Config) -> dict[str, Any]:
     if "window" in cfg.experiments:
         run_window(rec, cfg)
     if cfg.compile and "compile" in cfg.experiments:
-        print("torch.compile, production module", flush=True)
+        _say("torch.compile, production module")
         run_compile(rec, cfg, cfg.dtypes[0])
         rec.sample_load("after compile")
     targets = check_targets(rec.rows, cfg.dtypes[0], sweep_dtype, cfg.sweep_tokens)
@@ -496,7 +516,7 @@ def run_gpt2(rec: Recorder, cfg: Config, impls: Sequence[Impl]) -> dict[str, flo
     """
     matmul: dict[str, float | None] = {}
     for dtype in cfg.dtypes:
-        print(f"GPT-2-small shape {cfg.gpt2}, {cfg.device} {dtype}", flush=True)
+        _say(f"GPT-2-small shape {cfg.gpt2}, {cfg.device} {dtype}")
         matmul[dtype] = run_group(
             rec, cfg, "gpt2", impls, cfg.gpt2, dtype, with_matmul=True, matmul_flops_per_s=None
         )
@@ -512,14 +532,13 @@ def run_sweep(
     matmul_flops_per_s: float | None,
 ) -> None:
     """Every implementation at each of `cfg.sweep_tokens`, at the GPT-2 width, in `sweep_dtype`."""
-    print(f"context-length sweep, batch {cfg.sweep_batch}, {cfg.device} {sweep_dtype}",
-          flush=True)  # fmt: skip
+    _say(f"context-length sweep, batch {cfg.sweep_batch}, {cfg.device} {sweep_dtype}")
+    roof = matmul_flops_per_s  # measured at the GPT-2 shape, in sweep_dtype
     for num_tokens in cfg.sweep_tokens:
         shape = Shape(cfg.sweep_batch, num_tokens, cfg.gpt2.d_model, cfg.gpt2.num_heads)
         run_group(
-            rec, cfg, "sweep", impls, shape, sweep_dtype,
-            with_matmul=False, matmul_flops_per_s=matmul_flops_per_s,
-        )  # fmt: skip
+            rec, cfg, "sweep", impls, shape, sweep_dtype, with_matmul=False, matmul_flops_per_s=roof
+        )
         rec.sample_load(f"after sweep T={num_tokens}")
 
 

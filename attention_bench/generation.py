@@ -57,8 +57,9 @@ def our_contender(model: GPTModel, max_tokens: int) -> Contender:
     def step(token: Tensor, caches: Any) -> tuple[Tensor, Any]:
         return model(token, caches=caches), caches
 
-    return Contender("gpt2_124m", prefill, step,
-                     lambda idx, n: generate(model, idx, n, static=False))  # fmt: skip
+    return Contender(
+        "gpt2_124m", prefill, step, lambda idx, n: generate(model, idx, n, static=False)
+    )
 
 
 def graphed_contender(model: GPTModel, max_tokens: int) -> Contender:
@@ -74,8 +75,9 @@ def graphed_contender(model: GPTModel, max_tokens: int) -> Contender:
     def step(token: Tensor, decoder: Any) -> tuple[Tensor, Any]:
         return decoder(token)[:, None], decoder  # (b, 1, vocab)
 
-    return Contender("gpt2_124m_graph", prefill, step,
-                     lambda idx, n: generate(model, idx, n, static=True))  # fmt: skip
+    return Contender(
+        "gpt2_124m_graph", prefill, step, lambda idx, n: generate(model, idx, n, static=True)
+    )
 
 
 def hf_contender(model: GPTModel) -> Contender:
@@ -113,9 +115,12 @@ def _timed(fn: Callable[[], Any], device: Device) -> tuple[Any, float]:
 
 
 def _round(
-    contenders: list[Contender], prompt: Tensor, n_new: int, device: Device,
+    contenders: list[Contender],
+    prompt: Tensor,
+    n_new: int,
+    device: Device,
     times: dict[str, Times],
-) -> None:  # fmt: skip
+) -> None:
     """Each one's prefill, then `n_new` greedy decode steps, the contenders taking turns.
 
     Every prefill and every step is timed alone; each step of one contender runs right after
@@ -134,9 +139,13 @@ def _round(
 
 
 def time_contenders(
-    contenders: list[Contender], prompt: Tensor, n_new: int, rounds: int, device: Device,
+    contenders: list[Contender],
+    prompt: Tensor,
+    n_new: int,
+    rounds: int,
+    device: Device,
     warm_generate: bool,
-) -> dict[str, Times]:  # fmt: skip
+) -> dict[str, Times]:
     """A warm-up round, then `rounds` timed ones; the contenders' order alternates each round.
 
     Each round runs every contender's prefill, then their `n_new` decode steps in turns, then

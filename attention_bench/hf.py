@@ -60,8 +60,10 @@ def missing() -> str | None:
         return "transformers is not installed (the bench extra)"
     found = version()
     if _release(found) < _release(MINIMUM):
-        return (f"transformers {found} is older than {MINIMUM}, which this bench needs "
-                "(pip install -e '.[bench]' pins 5.24.0)")  # fmt: skip
+        return (
+            f"transformers {found} is older than {MINIMUM}, which this bench needs "
+            "(pip install -e '.[bench]' pins 5.24.0)"
+        )
     return None
 
 
@@ -113,12 +115,21 @@ def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
     first: MultiHeadAttention = blocks[0].att
     weight = model.tok_emb.weight
     config = GPT2Config(
-        vocab_size=model.vocab_size, n_positions=model.context_length, n_embd=weight.shape[1],
-        n_layer=len(blocks), n_head=first.num_heads, activation_function="gelu_new",
-        layer_norm_epsilon=model.final_norm.eps, resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+        vocab_size=model.vocab_size,
+        n_positions=model.context_length,
+        n_embd=weight.shape[1],
+        n_layer=len(blocks),
+        n_head=first.num_heads,
+        activation_function="gelu_new",
+        layer_norm_epsilon=model.final_norm.eps,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=None,
         pad_token_id=None,
-    )  # fmt: skip
+    )
     config._attn_implementation = ATTN_IMPLEMENTATION
     hf = GPT2LMHeadModel(config)
     nn.Module.to(hf, weight.device, weight.dtype)  # HF's own `to` is typed for its classes only
@@ -130,9 +141,12 @@ def to_hf_gpt2(model: GPTModel) -> GPT2LMHeadModel:
 def hf_generate(hf: GPT2LMHeadModel, idx: Tensor, max_new_tokens: int) -> Tensor:
     """Hugging Face's greedy `generate`: exactly `max_new_tokens` more tokens after `idx`."""
     out: Tensor = hf.generate(
-        idx, attention_mask=torch.ones_like(idx), do_sample=False,
-        max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-    )  # fmt: skip
+        idx,
+        attention_mask=torch.ones_like(idx),
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=max_new_tokens,
+    )
     return out
 
 

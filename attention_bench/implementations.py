@@ -172,10 +172,10 @@ def _production(
     num_kv_heads: int | None = None,
     window: int | None = None,
 ) -> nn.Module:
+    d, h = shape.d_model, shape.num_heads
     mha = MultiHeadAttention(
-        shape.d_model, shape.d_model, shape.num_tokens, 0.0, shape.num_heads, qkv_bias=True,
-        num_kv_heads=num_kv_heads, window=window,
-    )  # fmt: skip
+        d, d, shape.num_tokens, 0.0, h, qkv_bias=True, num_kv_heads=num_kv_heads, window=window
+    )
     if not need_weights and not padded:
         return mha
 
@@ -219,11 +219,10 @@ class Impl:
         """
         head_dim = shape.d_model // shape.num_heads
         kv_heads = shape.num_heads if self.kv_heads is None else self.kv_heads(shape.num_heads)
+        b, t, d, d_kv = shape.batch, shape.num_tokens, shape.d_model, kv_heads * head_dim
         return attention_flops(
-            shape.batch, shape.num_tokens, shape.d_model, shape.d_model,
-            out_proj=self.out_proj, d_kv=kv_heads * head_dim, window=self.window,
-            backward=backward,
-        )  # fmt: skip
+            b, t, d, d, out_proj=self.out_proj, d_kv=d_kv, window=self.window, backward=backward
+        )
 
     def skipped(self, mode: str, shape: Shape) -> str | None:
         """Why `mode` is not run at `shape`, or None if it is."""

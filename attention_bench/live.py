@@ -49,8 +49,13 @@ def _stored_rows(
     """`{impl: row}` of the stored run at `shape` and `mode` (its GPT-2 or sweep rows)."""
     if stored is None or shape is None:
         return {}
-    at = {"mode": mode, "batch": shape.batch, "num_tokens": shape.num_tokens,
-          "d_model": shape.d_model, "num_heads": shape.num_heads}  # fmt: skip
+    at = {
+        "mode": mode,
+        "batch": shape.batch,
+        "num_tokens": shape.num_tokens,
+        "d_model": shape.d_model,
+        "num_heads": shape.num_heads,
+    }
     first = next(select(stored, **at), None)
     if first is None:
         return {}
@@ -107,8 +112,11 @@ def live_conditions(timings: Mapping[str, Timing]) -> str:
 def _relations(summaries: Mapping[str, Mapping[str, Any]], name: str) -> list[str]:
     """`name` faster than, within the spread of, or slower than each other, by quartiles."""
     mine = summaries[name]
-    groups: dict[str, list[str]] = {"faster than": [], "within the spread of": [],
-                                    "slower than": []}  # fmt: skip
+    groups: dict[str, list[str]] = {
+        "faster than": [],
+        "within the spread of": [],
+        "slower than": [],
+    }
     for other, summary in summaries.items():
         if other == name:
             continue

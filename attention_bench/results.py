@@ -119,8 +119,9 @@ def load_results(directory: Path = RESULTS_DIR) -> list[dict[str, Any]]:
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path} is not a valid JSON file (truncated or corrupted): "
-                             f"{error}") from error  # fmt: skip
+            raise ValueError(
+                f"{path} is not a valid JSON file (truncated or corrupted): {error}"
+            ) from error
         if not isinstance(doc, dict):
             raise ValueError(f"{path} must hold a JSON object, got a {type(doc).__name__}")
         docs.append(doc)

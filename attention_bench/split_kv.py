@@ -41,8 +41,9 @@ def _steps(shape: dict[str, int]) -> dict[tuple[int, int], Callable[[], object]]
     steps: dict[tuple[int, int], Callable[[], object]] = {}
     for n in (n for n in SPLITS if n <= s):
         for w in (1, 2) if n > 1 else (1,):
-            steps[n, w] = partial(split_kv_attention, q, k, v, num_splits=n, workers=w,
-                                  mask=causal())  # fmt: skip
+            steps[n, w] = partial(
+                split_kv_attention, q, k, v, num_splits=n, workers=w, mask=causal()
+            )
     return steps
 
 
@@ -55,8 +56,9 @@ def split_kv_times(
         with torch_threads(t), torch.no_grad():
             steps = _steps(shape)
             named = {f"{n}x{w}": step for (n, w), step in steps.items()}
-            timings = measure(named, Device("cpu"), budget_s=budget_s, min_repeats=5,
-                              max_repeats=50, memory=False)  # fmt: skip
+            timings = measure(
+                named, Device("cpu"), budget_s=budget_s, min_repeats=5, max_repeats=50, memory=False
+            )
         out[t] = {key: statistics.median(timings[f"{key[0]}x{key[1]}"].times_s) for key in steps}
     return out
 
@@ -67,8 +69,9 @@ def report(times: dict[int, dict[tuple[int, int], float]]) -> str:
     for t, row in times.items():
         base = row[(1, 1)]
         for (n, w), seconds in row.items():
-            lines.append(f"{t:>13} {n:>6} {w:>7} {milliseconds(seconds):>9} "
-                         f"{seconds / base:>10.2f}x")  # fmt: skip
+            lines.append(
+                f"{t:>13} {n:>6} {w:>7} {milliseconds(seconds):>9} {seconds / base:>10.2f}x"
+            )
     return "\n".join(lines)
 
 

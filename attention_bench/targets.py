@@ -56,14 +56,21 @@ class _Run:
 
     def gpt2(self, impl: str) -> dict[str, Any] | None:
         """`impl`'s forward+backward row at the GPT-2 shape, in `dtype`."""
-        return find(self.rows, impl=impl, experiment="gpt2", dtype=self.dtype,
-                    mode="forward_backward")  # fmt: skip
+        return find(
+            self.rows, impl=impl, experiment="gpt2", dtype=self.dtype, mode="forward_backward"
+        )
 
     def sweep(self, impl: str, num_tokens: int | None = None) -> dict[str, Any] | None:
         """`impl`'s forward row in the sweep, in `sweep_dtype`, at `num_tokens` or the longest."""
         num_tokens = self.longest if num_tokens is None else num_tokens
-        return find(self.rows, impl=impl, experiment="sweep", dtype=self.sweep_dtype,
-                    mode="forward", num_tokens=num_tokens)  # fmt: skip
+        return find(
+            self.rows,
+            impl=impl,
+            experiment="sweep",
+            dtype=self.sweep_dtype,
+            mode="forward",
+            num_tokens=num_tokens,
+        )
 
     def decode(self, impl: str, batch: int) -> dict[str, Any] | None:
         return find(self.rows, experiment="decode", impl=impl, batch=batch)
@@ -74,8 +81,14 @@ def _target(
 ) -> dict[str, Any]:
     """One target as a results file records it: `value` against `limit`, from above or below."""
     met = None if value is None else (value >= limit if at_least else value <= limit)
-    return {"target": name, "value": value, "limit": limit, "at_least": at_least, "met": met,
-            "what": what}  # fmt: skip
+    return {
+        "target": name,
+        "value": value,
+        "limit": limit,
+        "at_least": at_least,
+        "met": met,
+        "what": what,
+    }
 
 
 def _time_at_gpt2(run: _Run) -> Iterator[dict[str, Any]]:
@@ -210,14 +223,21 @@ def _padded_batch(run: _Run) -> Iterator[dict[str, Any]]:
         return
     lengths = ", ".join(map(str, batch["lengths"]))
     for name, value, what in (
-        ("one by one", batch.get("time_per_token_vs_one_by_one"),
-         "time per token, the padded batch / the same prompts generated one after another"),
-        ("HF GPT-2's padded batch", batch.get("time_vs_hf"),
-         "gpt2_124m / hf_gpt2, generate with the same attention_mask, the same weights"),
-    ):  # fmt: skip
+        (
+            "one by one",
+            batch.get("time_per_token_vs_one_by_one"),
+            "time per token, the padded batch / the same prompts generated one after another",
+        ),
+        (
+            "HF GPT-2's padded batch",
+            batch.get("time_vs_hf"),
+            "gpt2_124m / hf_gpt2, generate with the same attention_mask, the same weights",
+        ),
+    ):
         if value is not None:
-            yield _target(f"padded batch of prompts of {lengths} tokens, time vs {name}",
-                          value, 1.0, what)  # fmt: skip
+            yield _target(
+                f"padded batch of prompts of {lengths} tokens, time vs {name}", value, 1.0, what
+            )
 
 
 def _construction(run: _Run) -> Iterator[dict[str, Any]]:
@@ -240,10 +260,19 @@ def _long_window(run: _Run) -> Iterator[dict[str, Any]]:
     window, causal = rows["window"]["median_s"], rows["causal"]["median_s"]
     least = rows["flex_core"]["median_s"] + rows["projections"]["median_s"]
     shape = f"T={rows['window']['num_tokens']}, window {rows['window']['window']}"
-    yield _target(f"windowed layer speedup over causal ({shape})", causal / window, 5.0,
-                  "causal layer time / windowed layer time", at_least=True)  # fmt: skip
-    yield _target(f"windowed layer vs FlexAttention's core + projections ({shape})",
-                  window / least, 1.3, "windowed layer / (flex core + 4 projections)")  # fmt: skip
+    yield _target(
+        f"windowed layer speedup over causal ({shape})",
+        causal / window,
+        5.0,
+        "causal layer time / windowed layer time",
+        at_least=True,
+    )
+    yield _target(
+        f"windowed layer vs FlexAttention's core + projections ({shape})",
+        window / least,
+        1.3,
+        "windowed layer / (flex core + 4 projections)",
+    )
 
 
 _FAMILIES: tuple[Callable[[_Run], Iterator[dict[str, Any]]], ...] = (

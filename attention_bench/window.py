@@ -42,8 +42,11 @@ def _steps(device: Device, dtype: torch.dtype, num_tokens: int, w: int) -> dict[
         out = windowed.out_proj(q.transpose(1, 2).reshape(1, num_tokens, 1024))
         return out, k, v
 
-    steps = {"causal": lambda: layers["causal"](x), "window": lambda: windowed(x),
-             "projections": projections}  # fmt: skip
+    steps = {
+        "causal": lambda: layers["causal"](x),
+        "window": lambda: windowed(x),
+        "projections": projections,
+    }
     if flex.usable(x.device, 0.0):
         q, k, v = windowed.project(x)
         rule = causal() & window(w)
@@ -63,10 +66,15 @@ def long_window_rows(
     num_tokens, w = shape or LONG_WINDOW["cuda" if device.type == "cuda" else "cpu"]
     steps = _steps(device, getattr(torch, dtype), num_tokens, w)
     with torch.no_grad():
-        timings = measure(steps, device, budget_s=20.0, min_repeats=3, max_repeats=20,
-                          memory=False)  # fmt: skip
+        timings = measure(steps, device, budget_s=20.0, min_repeats=3, max_repeats=20, memory=False)
     return [
-        {"experiment": "window", "impl": name, "dtype": dtype, "num_tokens": num_tokens,
-         "window": w, **timing.summary()}
+        {
+            "experiment": "window",
+            "impl": name,
+            "dtype": dtype,
+            "num_tokens": num_tokens,
+            "window": w,
+            **timing.summary(),
+        }
         for name, timing in timings.items()
-    ]  # fmt: skip
+    ]
