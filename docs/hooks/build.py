@@ -79,9 +79,15 @@ def mathjax_files() -> tuple[Path, list[str]]:
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     es5, rels = mathjax_files()
     for rel in rels:
-        files.append(File(rel, src_dir=str(es5), dest_dir=config["site_dir"],
-                          use_directory_urls=config["use_directory_urls"],
-                          dest_uri=f"assets/mathjax/{rel}"))  # fmt: skip
+        files.append(
+            File(
+                rel,
+                src_dir=str(es5),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+                dest_uri=f"assets/mathjax/{rel}",
+            )
+        )
     return files
 
 

@@ -107,11 +107,19 @@ def _check(site: Path, entries: list[Any], model_js: Path) -> None:
         raise PluginError("the explorer check needs playwright (the docs extra)") from exc
     chromium = os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium")
     if not os.path.exists(chromium):
-        raise PluginError(f"the explorer check needs Chromium: none at {chromium} (set "
-                          "ATTENTION_CHROMIUM, or `sudo apt-get install chromium`)")  # fmt: skip
+        raise PluginError(
+            f"the explorer check needs Chromium: none at {chromium} (set "
+            "ATTENTION_CHROMIUM, or `sudo apt-get install chromium`)"
+        )
     server, base = _serve(site)
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update"]  # fmt: skip
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+    ]
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=args)
@@ -119,8 +127,9 @@ def _check(site: Path, entries: list[Any], model_js: Path) -> None:
             page.goto(base)  # the served folder's origin, to fetch from it
             page.add_script_tag(path=str(model_js))
             for entry in entries:
-                errors = page.evaluate(CHECK_JS, {"url": base + entry.path, "meta": entry.meta,
-                                                  "cases": _cases(entry)})  # fmt: skip
+                errors = page.evaluate(
+                    CHECK_JS, {"url": base + entry.path, "meta": entry.meta, "cases": _cases(entry)}
+                )
                 _judge(entry, errors)
             browser.close()
     finally:
@@ -134,9 +143,11 @@ def _judge(entry: Any, errors: list[list[float]]) -> None:
     from attention_site.explorer import EXACT, TOLERANCE
 
     worst = [max(e[k] for e in errors) for k in range(4)]
-    log.info(f"explorer {entry.path}: {len(errors)} sequences in Chromium; largest "
-             f"difference from PyTorch in float32: logits {worst[0]:.1e} (relative), weights "
-             f"{worst[1]:.1e}; in float64: {worst[2]:.1e}, {worst[3]:.1e}")  # fmt: skip
+    log.info(
+        f"explorer {entry.path}: {len(errors)} sequences in Chromium; largest "
+        f"difference from PyTorch in float32: logits {worst[0]:.1e} (relative), weights "
+        f"{worst[1]:.1e}; in float64: {worst[2]:.1e}, {worst[3]:.1e}"
+    )
     limits = [TOLERANCE, TOLERANCE, EXACT, EXACT]
     bad = [i for i, e in enumerate(errors) if not all(map(float.__le__, e, limits))]
     if bad:

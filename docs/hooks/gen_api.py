@@ -33,8 +33,9 @@ def modules(package: ModuleType) -> list[str]:
     return sorted(names, key=lambda n: (position[n] < 0, position[n], n))
 
 
-def document(full: str, nav: Nav, nav_key: tuple[str, ...], index: list[str],
-             pages: dict[str, str]) -> None:  # fmt: skip
+def document(
+    full: str, nav: Nav, nav_key: tuple[str, ...], index: list[str], pages: dict[str, str]
+) -> None:
     """A page for module `full` (a floor's page lists its modules, then each gets its own)."""
     module = importlib.import_module(full)
     index.append(f"| [`{full}`]({full}.md) | {summary(module)} |")
@@ -81,8 +82,15 @@ def api_pages() -> dict[str, str]:
     nav["Overview"] = "index.md"
     for package_name, about in PACKAGES.items():
         package = importlib.import_module(package_name)
-        index += ["", f"## `{package_name}`", "", about, "", "| Module | What it holds |",
-                  "| --- | --- |"]  # fmt: skip
+        index += [
+            "",
+            f"## `{package_name}`",
+            "",
+            about,
+            "",
+            "| Module | What it holds |",
+            "| --- | --- |",
+        ]
         for name in modules(package):
             full = f"{package_name}.{name}"
             document(full, nav, (full,), index, pages)

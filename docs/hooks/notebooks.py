@@ -85,17 +85,20 @@ def execute(source: str, target: str, install: str) -> None:
     from nbclient import NotebookClient
 
     start = time.perf_counter()
-    notebook = jupytext.reads(with_install_cell(Path(source).read_text("utf-8"), install),
-                              fmt="py:percent")  # fmt: skip
+    notebook = jupytext.reads(
+        with_install_cell(Path(source).read_text("utf-8"), install), fmt="py:percent"
+    )
     for cell in notebook.cells:  # rendered with the class celltag_solution: see fold_solutions
         if is_solution(cell):
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), "solution"]
     notebook.cells.insert(0, nbformat.v4.new_code_cell(FRESH_KERNEL))
-    kernel, client = _shared_kernel(cwd=str(Path(source).parent),
-                                    ip=str(Path(target).with_name("kernel")))  # fmt: skip
+    kernel, client = _shared_kernel(
+        cwd=str(Path(source).parent), ip=str(Path(target).with_name("kernel"))
+    )
     # One output box per printout: the kernel may send one printout in several messages.
-    runner = NotebookClient(notebook, km=kernel, timeout=600, allow_errors=False,
-                            coalesce_streams=True)  # fmt: skip
+    runner = NotebookClient(
+        notebook, km=kernel, timeout=600, allow_errors=False, coalesce_streams=True
+    )
     runner.kc = client  # not a constructor argument: set, it is used instead of a new one
     runner.execute()
     del notebook.cells[0]
@@ -121,8 +124,10 @@ def _check_outputs(notebook: Any, name: str) -> None:
             text = output.get("text", "") + output.get("data", {}).get("text/plain", "")
             shown = _ADDRESS.search(text)
             if shown:
-                raise PluginError(f"{name}: a cell shows {shown[0]}; end it with an assignment "
-                                  "(`_ = ...`) or print what it means")  # fmt: skip
+                raise PluginError(
+                    f"{name}: a cell shows {shown[0]}; end it with an assignment "
+                    "(`_ = ...`) or print what it means"
+                )
 
 
 def _shared_kernel(cwd: str, ip: str) -> tuple[Any, Any]:
@@ -293,8 +298,10 @@ def install_cell(package: dict[str, str | None], draws: bool = False) -> str:
         if len(url) + len("WHEEL = ") + 2 <= 79:  # fits the notebook's column on one line
             wheel = f'WHEEL = "{url}"'
     else:
-        wheel = ('# the wheel from this site\'s "Run it yourself" page, saved next to this\n'
-                 f'# notebook (on Colab: uploaded to its Files)\nWHEEL = "{name}"')  # fmt: skip
+        wheel = (
+            '# the wheel from this site\'s "Run it yourself" page, saved next to this\n'
+            f'# notebook (on Colab: uploaded to its Files)\nWHEEL = "{name}"'
+        )
     wanted = '{"attention": WHEEL, "matplotlib": "matplotlib"}' if draws else '{"attention": WHEEL}'
     return INSTALL.format(wheel=wheel, wanted=wanted)
 
@@ -308,8 +315,10 @@ def _package(config: MkDocsConfig) -> dict[str, str | None]:
     """What docs/hooks/package.py says about the wheel (`config.extra["package"]`)."""
     package = config.extra.get("package")
     if not isinstance(package, dict):
-        raise PluginError("no config.extra['package']: list docs/hooks/package.py in mkdocs.yml's "
-                          "hooks, before docs/hooks/notebooks.py")  # fmt: skip
+        raise PluginError(
+            "no config.extra['package']: list docs/hooks/package.py in mkdocs.yml's "
+            "hooks, before docs/hooks/notebooks.py"
+        )
     return package
 
 

@@ -90,8 +90,12 @@ class Package:
 
     def as_extra(self) -> dict[str, str | None]:
         """`config.extra["package"]`, read by docs/hooks/notebooks.py (the install cell)."""
-        return {"wheel": self.wheel, "sdist": self.sdist, "wheel_url": self.wheel_url,
-                "repository": self.repository.url if self.repository else None}  # fmt: skip
+        return {
+            "wheel": self.wheel,
+            "sdist": self.sdist,
+            "wheel_url": self.wheel_url,
+            "repository": self.repository.url if self.repository else None,
+        }
 
 
 def distribution_names(pyproject: Path) -> tuple[str, str]:
@@ -137,8 +141,9 @@ def web_address(remote: str) -> str | None:
     """
     remote = remote.strip().removesuffix("/").removesuffix(".git")
     scp = re.fullmatch(r"[\w.-]+@(?P<host>[\w.-]+):(?P<path>[^/][^:]*)", remote)
-    url = re.fullmatch(r"(?:https?|ssh|git)://(?:[^@/]+@)?(?P<host>[\w.-]+)(?::\d+)?/(?P<path>.+)",
-                       remote)  # fmt: skip
+    url = re.fullmatch(
+        r"(?:https?|ssh|git)://(?:[^@/]+@)?(?P<host>[\w.-]+)(?::\d+)?/(?P<path>.+)", remote
+    )
     match = scp or url
     return f"https://{match['host']}/{match['path']}" if match else None
 
@@ -146,8 +151,9 @@ def web_address(remote: str) -> str | None:
 def _git(root: Path, *args: str) -> str | None:
     """`git -C root ARGS`' output, stripped; None where git fails or prints nothing."""
     try:
-        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              timeout=10)  # fmt: skip
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if done.returncode != 0:
@@ -239,8 +245,10 @@ def on_config(config: MkDocsConfig) -> MkDocsConfig:
     with open(work / "build.log", "w", encoding="utf-8") as output:
         process = subprocess.Popen(
             [sys.executable, "-c", BUILD, str(work / "site" / DIST)],
-            cwd=work / "src", stdout=output, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            cwd=work / "src",
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     _builds.append(_Build(package, process, work, time.perf_counter()))
     return config
 
@@ -270,12 +278,21 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     for name in built:
         build.sizes[name] = (out / name).stat().st_size
         files.append(
-            File(f"{DIST}/{name}", src_dir=str(out.parent), dest_dir=config["site_dir"],
-                 use_directory_urls=config["use_directory_urls"])
-        )  # fmt: skip
+            File(
+                f"{DIST}/{name}",
+                src_dir=str(out.parent),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
     now = time.perf_counter()
-    log.info("Built %s and %s in %.1f s (%.1f s of it waited for)",
-             package.wheel, package.sdist, now - build.start, now - waited)  # fmt: skip
+    log.info(
+        "Built %s and %s in %.1f s (%.1f s of it waited for)",
+        package.wheel,
+        package.sdist,
+        now - build.start,
+        now - waited,
+    )
     return files
 
 
@@ -294,14 +311,28 @@ def install_text(package: Package, sizes: dict[str, int]) -> str:
     link = f"[`{wheel}`]({DIST}/{wheel}) ({size(sizes[wheel])})"
     if package.wheel_url:
         # the URL on a line of its own: the command fits the column
-        lines = ["```bash", "pip install \\", f"  {package.wheel_url}", "```", "",
-                 f"That is this build's wheel, {link}."]  # fmt: skip
+        lines = [
+            "```bash",
+            "pip install \\",
+            f"  {package.wheel_url}",
+            "```",
+            "",
+            f"That is this build's wheel, {link}.",
+        ]
     else:
-        lines = [f"Download this build's wheel, {link}, and install the file:", "",
-                 "```bash", f"pip install ./{wheel}", "```"]  # fmt: skip
+        lines = [
+            f"Download this build's wheel, {link}, and install the file:",
+            "",
+            "```bash",
+            f"pip install ./{wheel}",
+            "```",
+        ]
     sdist_link = f"[`{sdist}`]({DIST}/{sdist}) ({size(sizes[sdist])})"
-    lines += ["", f"Or its source distribution, {sdist_link}, the same way: pip builds the "
-              "same wheel from it."]  # fmt: skip
+    lines += [
+        "",
+        f"Or its source distribution, {sdist_link}, the same way: pip builds the "
+        "same wheel from it.",
+    ]
     return "\n".join(lines)
 
 
@@ -356,8 +387,10 @@ def module_source_text(package: Package, path: str) -> str:
     """Markdown: where the module `path` (`attention/layer/fused.py`) is in the repository."""
     if package.repository:
         return f"Source: [`{path}`]({package.repository.blob(path)})."
-    return (f"Source: `{path}`, in the repository, whose address this build was not given "
-            f"(the setting `{REPOSITORY_SETTING}`).")  # fmt: skip
+    return (
+        f"Source: `{path}`, in the repository, whose address this build was not given "
+        f"(the setting `{REPOSITORY_SETTING}`)."
+    )
 
 
 def page_source(package: Package, src_uri: str) -> str:
@@ -429,19 +462,23 @@ def needs_repository(package: Package, need: Need | None = None) -> str:
             for m in modules
         )
 
-    what = " and ".join(
-        ([f"imports {listed(need.imports)}"] if need.imports else [])
-        + ([f"uses {', '.join(f'<code>{name}</code>' for name in need.names)}, defined by an "
-            f"earlier block that needs {listed(need.via)}"] if need.names else [])
-    )  # fmt: skip
+    parts = [f"imports {listed(need.imports)}"] if need.imports else []
+    if need.names:
+        names = ", ".join(f"<code>{name}</code>" for name in need.names)
+        parts.append(f"uses {names}, defined by an earlier block that needs {listed(need.via)}")
+    what = " and ".join(parts)
     if "attention_site" not in need.modules:
         return (
             f'<p class="needs-repository">This block {what}, which the wheel does not install: '
             f"it runs after <code>pip install {' '.join(need.modules)}</code>.</p>"
         )
-    where = (f'<a href="{package.repository.url}">the repository</a>' if package.repository
-             else f"the repository (this build was not given its address: "
-                  f"<code>{REPOSITORY_SETTING}</code>)")  # fmt: skip
+    if package.repository:
+        where = f'<a href="{package.repository.url}">the repository</a>'
+    else:
+        where = (
+            "the repository (this build was not given its address: "
+            f"<code>{REPOSITORY_SETTING}</code>)"
+        )
     more = [module for module in need.modules if module != "attention_site"]
     also = f" with <code>pip install {' '.join(more)}</code>" if more else ""
     return (
@@ -467,8 +504,13 @@ def mark_repository_blocks(markdown: str, package: Package) -> str:
     return SHOWN.sub(mark, markdown)
 
 
-def expand(markdown: str, package: Package, sizes: dict[str, int],
-           contents: dict[str, tuple[int, int]], where: str) -> str:  # fmt: skip
+def expand(
+    markdown: str,
+    package: Package,
+    sizes: dict[str, int],
+    contents: dict[str, tuple[int, int]],
+    where: str,
+) -> str:
     """`<!-- package: install -->`, `contents`, `source`, `repository` and
     `source-of attention/PATH.py` of the page `where`, written out; each shown block that
     imports `attention_site` marked (`mark_repository_blocks`)."""
@@ -481,8 +523,9 @@ def expand(markdown: str, package: Package, sizes: dict[str, int],
 
     def replace(match: re.Match[str]) -> str:
         if match["name"] not in directives:
-            raise PluginError(f"{where}: no <!-- package: {match['name']} -->; "
-                              f"there are {', '.join(directives)}")  # fmt: skip
+            raise PluginError(
+                f"{where}: no <!-- package: {match['name']} -->; there are {', '.join(directives)}"
+            )
         text = directives[match["name"]]()  # indented like the directive (in a list item)
         return "\n".join(match["indent"] + line if line else line for line in text.split("\n"))
 

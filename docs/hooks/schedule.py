@@ -188,8 +188,9 @@ def _replay(page: Page) -> None:
     try:
         ahead = _ahead.pop(name).result()
     except Exception as error:  # the worker died (BrokenProcessPool), or its set-up failed
-        log.info("%s: running ahead failed (%s: %s); it runs here", name,
-                 type(error).__name__, error)  # fmt: skip
+        log.info(
+            "%s: running ahead failed (%s: %s); it runs here", name, type(error).__name__, error
+        )
         return
     if ahead is None or ahead.source != page.file.content_string:
         return

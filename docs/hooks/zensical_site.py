@@ -67,8 +67,12 @@ def stage_package(docs: Path, config: dict[str, Any]) -> tuple[Any, dict[str, An
     out.mkdir(parents=True)
     work = STAGE / "src"
     package_hook.copy_sources(work)
-    subprocess.run([sys.executable, "-c", package_hook.BUILD, str(out)], cwd=work, check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", package_hook.BUILD, str(out)],
+        cwd=work,
+        check=True,
+        capture_output=True,
+    )
     facts = {
         "contents": package_hook.check_wheel(out / wheel),
         "sizes": {p.name: p.stat().st_size for p in out.iterdir()},
@@ -81,8 +85,8 @@ def expand_directives(docs: Path, package: Any, facts: dict[str, Any]) -> None:
     hooks expand them."""
     for page in docs.rglob("*.md"):
         text = page.read_text(encoding="utf-8")
-        new = package_hook.expand(build.expand_pycon(text), package, facts["sizes"],
-                                  facts["contents"], str(page.relative_to(docs)))  # fmt: skip
+        pycon, where = build.expand_pycon(text), str(page.relative_to(docs))
+        new = package_hook.expand(pycon, package, facts["sizes"], facts["contents"], where)
         new = new.replace("<!-- exercises -->", notebooks.exercise_table(docs))
         if new != text:
             page.write_text(new, encoding="utf-8")
@@ -107,8 +111,11 @@ def stage_notebooks(docs: Path, package: Any) -> None:
         # the headings' pilcrow links: ids with an apostrophe, which Zensical's link check
         # cannot find (the page's table of contents links the headings anyway)
         html = re.sub(r'<a class="anchor-link" href="#[^"]*">¶</a>', "", html)
-        html = re.sub(r'href="\.\./(?P<path>[\w-]+)\.md(?P<anchor>#[\w-]+)?"',
-                      lambda m: f'href="../../{m["path"]}/{m["anchor"] or ""}"', html)  # fmt: skip
+        html = re.sub(
+            r'href="\.\./(?P<path>[\w-]+)\.md(?P<anchor>#[\w-]+)?"',
+            lambda m: f'href="../../{m["path"]}/{m["anchor"] or ""}"',
+            html,
+        )
         downloads = docs / "exercises" / source.stem
         downloads.mkdir()
         notebooks.write_downloads(original, downloads, package.site_url, install)
@@ -132,15 +139,21 @@ def stage_config(config: dict[str, Any], site: Path) -> tuple[Path, str]:
     exercises' pages as Markdown; the footer's stamp made here."""
     config = dict(config)
     config.pop("hooks", None)
-    config["plugins"] = [p for p in config["plugins"]
-                         if not (isinstance(p, dict) and set(p) & set(LEFT_OUT))
-                         and p not in LEFT_OUT]  # fmt: skip
+    config["plugins"] = [p for p in config["plugins"] if _kept(p)]
     config["docs_dir"], config["site_dir"] = "docs", str(site)
     config["nav"] = _nav(config["nav"])
     config["copyright"] = stamp.build_stamp()  # each page's: stamp_pages
     path = STAGE / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return path, config["copyright"]
+
+
+def _kept(plugin: Any) -> bool:
+    """Whether Zensical runs `plugin`, an entry of `plugins` (a name, or {name: options}): it is
+    not one of LEFT_OUT."""
+    if isinstance(plugin, dict):
+        return not set(plugin) & set(LEFT_OUT)
+    return plugin not in LEFT_OUT
 
 
 def _nav(nav: Any) -> Any:
@@ -168,8 +181,9 @@ def stored_runs() -> dict[str, list[str]]:
     return stored
 
 
-def stamp_pages(site: Path, docs: Path, default: str, package: Any,
-                runs: dict[str, list[str]]) -> None:  # fmt: skip
+def stamp_pages(
+    site: Path, docs: Path, default: str, package: Any, runs: dict[str, list[str]]
+) -> None:
     """Each page's footer as docs/hooks/stamp.py words it: a page that runs no code says so,
     and a page with stored results (front matter `stored:`, else the trainings it read back:
     `runs`, from `stored_runs`) names them; and as docs/hooks/package.py links it, to the
@@ -216,8 +230,10 @@ def main(site: Path) -> None:
     finally:
         logging.getLogger().removeHandler(warnings)
     if warnings.records:  # a failing block (markdown-exec), a bad docstring (mkdocstrings)
-        raise SystemExit("the build logged warnings (strict, as `mkdocs build --strict`):\n"
-                         + "\n".join(warnings.records))  # fmt: skip
+        raise SystemExit(
+            "the build logged warnings (strict, as `mkdocs build --strict`):\n"
+            + "\n".join(warnings.records)
+        )
     shutil.rmtree(site, ignore_errors=True)
     shutil.move(STAGE / "site", site)
     stamp_pages(site, docs, default, package, runs)
