@@ -20,6 +20,11 @@ A change to any of them is another key, so the run trains again: nothing stale i
 modules' text is read once per process, which is what the process imported as long as nobody
 edits the files while it runs (`mkdocs serve` keeps what it imported: restart it).
 
+The same store keeps what running a piece of code shows (the exercise notebooks' executed
+copies, docs/hooks/notebooks.py): [`code_ingredients`][attention_site.stored.code_ingredients]
+keys it by its text, the sources of the modules of `attention` it imports, the versions and the
+CPU, and [`kept`][attention_site.stored.kept] stores any result under such a key.
+
 Two processes that miss the same key (two pytest-xdist workers) both train it, and each
 writes a temporary file that it renames into place (`os.replace`, atomic): a reader finds a
 whole file or none. `ATTENTION_RUNS_CACHE=off` stores nothing and trains every time; deleting
@@ -57,8 +62,8 @@ import torch
 import attention
 
 __all__ = [
-    "digest", "folder", "ingredients", "is_stored", "location", "read_back", "sources",
-    "storable", "stored",
+    "code_ingredients", "digest", "folder", "imports", "ingredients", "is_stored", "kept",
+    "location", "read_back", "sources", "storable", "stored",
 ]  # fmt: skip
 
 _read: list[str] = []  # the functions whose stored runs this process read, since read_back()
@@ -117,8 +122,18 @@ def _imported(path: Path, module: str) -> set[str]:
     """Every module name `path` (the file of `module`) imports, anywhere in it, with each
     `from a import b` read as both `a` and `a.b` (b may be a module)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return imports(path.read_text(encoding="utf-8"), package)
+
+
+def imports(code: str, package: str = "") -> set[str]:
+    """Every module name the Python `code` imports, anywhere in it, with each `from a import b`
+    read as both `a` and `a.b` (b may be a module); relative imports from `package`.
+
+    >>> sorted(imports("import torch\\nfrom attention import MultiHeadAttention"))
+    ['attention', 'attention.MultiHeadAttention', 'torch']
+    """
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(code)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -183,10 +198,13 @@ def _sources(module: str) -> tuple[dict[str, str], dict[str, str]]:
     """`sources(module)` once per process, with the versions of the distributions of the
     outside modules."""
     hashes, outside = sources(module)
-    owners = _owners()
-    versions = {dist: importlib.metadata.version(dist)
-                for top in sorted(outside) for dist in owners.get(top, [])}  # fmt: skip
+    versions = {dist: version for top in sorted(outside) for dist, version in _versions(top)}
     return hashes, versions
+
+
+def _versions(top: str) -> list[tuple[str, str]]:
+    """The distributions that provide the top-level module `top`, with their versions."""
+    return [(dist, importlib.metadata.version(dist)) for dist in _owners().get(top, [])]
 
 
 @functools.cache
@@ -230,6 +248,50 @@ def ingredients(function: Callable[..., Any], kwargs: dict[str, Any]) -> dict[st
     }
 
 
+def code_ingredients(code: str, **how: str) -> dict[str, Any]:
+    """Everything that decides what running the Python `code` (a script's or a notebook's
+    text) shows, as JSON-able values: the text itself; the sources of every module of
+    `attention` it imports, directly or through others
+    ([`sources`][attention_site.stored.sources]); the versions of Python, torch and every
+    distribution it and those modules import; the CPU; and `how`, what else decides it (how
+    the caller runs the code), as text.
+
+    Raises:
+        ValueError: `code` imports another module of the checkout (`attention_site`): what
+            that runs is not followed, so it cannot be keyed.
+
+    Examples:
+        >>> a = code_ingredients("from attention import causal_mask", threads="1")
+        >>> "attention/layer/masks.py" in a["sources"], "torch" in a["versions"], a["how"]
+        (True, True, {'threads': '1'})
+        >>> digest(a) == digest(code_ingredients("from attention import causal_mask"))
+        False
+    """
+    hashes: dict[str, str] = {}
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in sorted(imports(code)):
+        top = name.split(".")[0]
+        if top == "attention":
+            if _file(name, PACKAGE.parent) is not None:  # not `attention.SomeClass`
+                found, used = _sources(name)
+                hashes.update(found)
+                versions.update(used)
+        elif (CHECKOUT / top).is_dir() and (CHECKOUT / top / "__init__.py").is_file():
+            raise ValueError(
+                f"code imports {name}, a module of the checkout outside attention: what it "
+                "runs is not followed, so the run cannot be stored"
+            )
+        elif top and top not in sys.stdlib_module_names and top != "__future__":
+            versions.update(_versions(top))
+    return {
+        "code": code,
+        "how": dict(sorted(how.items())),
+        "sources": dict(sorted(hashes.items())),
+        "versions": versions,
+        "cpu": {"capability": torch.backends.cpu.get_cpu_capability(), "model": _cpu_model()},
+    }
+
+
 def digest(ingredients: dict[str, Any]) -> str:
     """The SHA-256 of `ingredients` (as sorted JSON): the run's key."""
     text = json.dumps(ingredients, sort_keys=True, separators=(",", ":"))
@@ -239,11 +301,12 @@ def digest(ingredients: dict[str, Any]) -> str:
 def location(function: Callable[..., Any], kwargs: dict[str, Any]) -> Path | None:
     """The file that holds `function(**kwargs)`, stored or not; None where nothing is stored
     (`ATTENTION_RUNS_CACHE=off`)."""
+    return _path(function.__qualname__, ingredients(function, kwargs))
+
+
+def _path(name: str, wanted: dict[str, Any]) -> Path | None:
     where = folder()
-    if where is None:
-        return None
-    key = digest(ingredients(function, kwargs))
-    return where / f"{function.__qualname__}-{key[:32]}.pkl"
+    return None if where is None else where / f"{name}-{digest(wanted)[:32]}.pkl"
 
 
 def is_stored(function: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
@@ -268,21 +331,41 @@ def stored(function: Callable[..., R], /, **kwargs: Any) -> R:
     Raises:
         TypeError: `function(**kwargs)` is not [`storable`][attention_site.stored.storable].
     """
-    path = location(function, kwargs)
-    if path is None:
-        return function(**kwargs)
     wanted = ingredients(function, kwargs)
+    result, read = kept(function.__qualname__, wanted, lambda: function(**kwargs))
+    if read:
+        _read.append(wanted["function"])
+    return result
+
+
+def kept(name: str, wanted: dict[str, Any], make: Callable[[], R]) -> tuple[R, bool]:
+    """`make()`, read from the file stored under `name` and the ingredients `wanted` where
+    there is one, else run and stored; and whether it was read.
+
+    The file holds the ingredients beside the result: one whose ingredients differ from
+    `wanted`, or that cannot be read whole, is run again and overwritten. Nothing is stored
+    where [`folder`][attention_site.stored.folder] is None.
+
+    Args:
+        name: the start of the file's name (the run's function, or what the caller runs).
+        wanted: everything that decides what `make` returns
+            ([`ingredients`][attention_site.stored.ingredients],
+            [`code_ingredients`][attention_site.stored.code_ingredients]).
+        make: computes the result, to be pickled.
+    """
+    path = _path(name, wanted)
+    if path is None:
+        return make(), False
     try:
         with path.open("rb") as f:
             found, result = pickle.load(f)
         if found == wanted:
-            _read.append(wanted["function"])
-            return result  # type: ignore[no-any-return]
+            return result, True
     except (FileNotFoundError, EOFError, pickle.UnpicklingError, ValueError):
         pass  # not stored yet, or not whole: run it
-    result = function(**kwargs)
+    result = make()
     _write(path, (wanted, result))
-    return result
+    return result, False
 
 
 def read_back() -> list[str]:

@@ -3,7 +3,10 @@
 Each notebook is executed from the start of the build, one after another in the background
 while the chapters build, in one kernel (its own process, one thread) reset to a fresh
 kernel's state before each; mkdocs-jupyter then renders the executed copy (`execute: false` in
-mkdocs.yml: it finds the outputs there). A cell that raises fails the build. A code cell that
+mkdocs.yml: it finds the outputs there). A cell that raises fails the build. The executed
+copies are stored like the trainings, keyed by everything that decides them (`execute`): a
+later build with the same notebook, code and versions reads them back, and the page's footer
+says so. A code cell that
 starts with `# Solution` is a solution: on the page it is folded into a `<details>` under its
 question. Above each notebook's page go its downloads, all made from the one `.py`: the
 `.ipynb` (without outputs), the `.ipynb` with every solution replaced by `# your code here`,
@@ -41,7 +44,7 @@ from mkdocs.structure.pages import Page
 from attention_site.runs import in_turn
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
-_jobs: dict[str, Future[None]] = {}
+_jobs: dict[str, Future[bool]] = {}  # a notebook: whether it was read back
 _CHAPTER_LINK = re.compile(
     r"\[(?P<title>[^\]]+)\]\(\.\./(?P<path>[\w-]+\.md)(?P<anchor>#[\w-]+)?\)"
 )
@@ -76,18 +79,44 @@ del _gc, _torch
 _kernel: list[tuple[Any, Any]] = []  # the notebooks' kernel and its client, once started
 
 
-def execute(source: str, target: str, install: str) -> None:
-    """Run the notebook `source`, opened by the code cell `install`, in the notebooks' kernel
-    (over local IPC sockets), reset to a fresh kernel's state first; save it, outputs
-    included, to `target`. Runs in a worker thread: the kernel does the work."""
+RUNNER = ("ipykernel", "ipython", "jupyter_client", "jupytext", "matplotlib-inline", "nbclient",
+          "nbformat")  # fmt: skip
+"""The distributions that run a notebook and shape its outputs: part of a stored run's key."""
+
+
+def execute(source: str, target: str, install: str) -> bool:
+    """Run the notebook `source`, opened by the code cell `install`, and save it, outputs
+    included, to `target`; return whether the outputs were read from a stored run instead.
+
+    The outputs are stored like the site's trainings
+    ([`attention_site.stored`][attention_site.stored]), keyed by the notebook's text, the
+    sources of the modules of `attention` it imports, the versions of what it imports and of
+    what runs it (`RUNNER`), and the CPU: a change to any of them runs it again. Runs in a
+    worker thread: the kernel does the work.
+    """
+    from importlib.metadata import version
+
+    from attention_site.stored import code_ingredients, kept
+
+    start = time.perf_counter()
+    code = with_install_cell(Path(source).read_text("utf-8"), install)
+    runner = ", ".join(f"{name} {version(name)}" for name in RUNNER)
+    wanted = code_ingredients(code, kernel=FRESH_KERNEL, threads="1", runner=runner)
+    text, read = kept(f"notebook-{Path(source).stem}", wanted, lambda: _run(code, source, target))
+    Path(target).write_text(text, encoding="utf-8")
+    how = "read back (stored)" if read else "executed"
+    log.info("Notebook %s %s in %.1f s", Path(source).name, how, time.perf_counter() - start)
+    return read
+
+
+def _run(code: str, source: str, target: str) -> str:
+    """The notebook `code` (jupytext percent), executed in the notebooks' kernel (over local
+    IPC sockets), reset to a fresh kernel's state first, as `.ipynb` text."""
     import jupytext
     import nbformat
     from nbclient import NotebookClient
 
-    start = time.perf_counter()
-    notebook = jupytext.reads(
-        with_install_cell(Path(source).read_text("utf-8"), install), fmt="py:percent"
-    )
+    notebook = jupytext.reads(code, fmt="py:percent")
     for cell in notebook.cells:  # rendered with the class celltag_solution: see fold_solutions
         if is_solution(cell):
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), "solution"]
@@ -103,14 +132,13 @@ def execute(source: str, target: str, install: str) -> None:
     runner.execute()
     del notebook.cells[0]
     _check_outputs(notebook, Path(source).name)
-    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    for number, cell in enumerate(code, start=1):  # the kernel's count runs across notebooks
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells, start=1):  # the kernel's count runs across notebooks
         cell.execution_count = number
         for output in cell.outputs:
             if "execution_count" in output:
                 output.execution_count = number
-    nbformat.write(notebook, target)
-    log.info("Executed notebook %s in %.1f s", Path(source).name, time.perf_counter() - start)
+    return str(nbformat.writes(notebook))
 
 
 _ADDRESS = re.compile(r"<[\w.]+ (object )?at 0x[0-9a-f]+>")  # a default repr: an address
@@ -233,10 +261,19 @@ def on_pre_page(page: Page, config: MkDocsConfig, files: Files) -> Page:
     job = _jobs.pop(page.file.src_uri, None)
     if job is not None:
         try:
-            job.result()
+            read = job.result()
         except Exception as error:  # a cell raised (allow_errors=False), or the kernel died
             raise PluginError(f"notebook {page.file.src_uri} failed:\n{error}") from error
+        if read:  # the footer (docs/hooks/stamp.py) names what the build did not compute
+            page.meta["stored"] = STORED
     return page
+
+
+STORED = (
+    "the notebook's outputs, read from the run stored by an earlier build of the same "
+    "notebook, code and versions (<code>attention_site.stored</code>)"
+)
+"""The footer's exception on a notebook's page whose outputs were read back."""
 
 
 def exercise_table(docs_dir: Path) -> str:
@@ -444,6 +481,7 @@ def download_links(stem: str, folder: str = "") -> str:
         f'<p class="notebook-downloads">Download this exercise: <a href="{folder}{blank}" '
         f'download>{blank}</a> (Jupyter, the questions only), <a href="{folder}{stem}.ipynb" '
         f'download>{stem}.ipynb</a> (with the solutions) or <a href="{folder}{stem}.py" '
-        f"download>{stem}.py</a> (jupytext percent format). The outputs below were computed "
-        "while the site was built; each solution is folded under its question.</p>"
+        f"download>{stem}.py</a> (jupytext percent format). The outputs below are the site's code "
+        "running this notebook (the footer says when); each solution is folded under its "
+        "question.</p>"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -488,10 +489,13 @@ def test_figures_and_sources_are_set_aside_for_the_search_index_and_put_back_unc
 
 
 @pytest.mark.slow(seconds=4)
-def test_each_notebook_finds_a_fresh_kernel_in_the_shared_one(tmp_path: Path) -> None:
+def test_each_notebook_finds_a_fresh_kernel_in_the_shared_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The notebooks share one kernel and one client (docs/hooks/notebooks.py): a notebook
     finds none of the names, defaults or grad mode the one before it left, and a notebook
     whose cell raises fails the build."""
+    monkeypatch.setenv("ATTENTION_RUNS_CACHE", "off")  # run each, read nothing back
     first, second, failing = (tmp_path / f"{name}.py" for name in ("first", "second", "failing"))
     first.write_text("# %%\nimport torch\nleftover = 1\ntorch.set_default_dtype(torch.float64)\n"
                      "torch.set_grad_enabled(False)\n")  # fmt: skip
@@ -562,3 +566,35 @@ def test_notebook_pages_link_one_shared_stylesheet(tmp_path: Path) -> None:
     link = f'<link rel="stylesheet" href="../../assets/notebooks/{written[0].name}">'
     assert out == [f"<p>a</p>{link}<style>b {{}}</style>{link}"] * 2
     assert notebooks.shared_styles("<style>b {}</style>", "x/", tmp_path) == "<style>b {}</style>"
+
+
+def test_a_notebook_runs_once_per_content_and_its_page_says_when_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`notebooks.execute` stores the executed copy under its key (attention_site.stored): the
+    same notebook, install cell and code are read back without a kernel; another text runs."""
+    monkeypatch.setenv("ATTENTION_RUNS_CACHE", str(tmp_path / "runs"))
+    runs: list[str] = []
+
+    def run(code: str, source: str, target: str) -> str:
+        runs.append(code)
+        return f"executed {len(runs)}"
+
+    monkeypatch.setattr(notebooks, "_run", run)
+    source, target = tmp_path / "01_x.py", tmp_path / "out" / "01_x.ipynb"
+    source.write_text("# %%\nfrom attention import causal_mask\nprint(causal_mask(2))\n")
+    target.parent.mkdir()
+    assert notebooks.execute(str(source), str(target), "pass") is False  # run: not stored yet
+    assert target.read_text() == "executed 1" and "pass" in runs[0]  # the install cell ran
+    assert notebooks.execute(str(source), str(target), "pass") is True  # read back
+    assert target.read_text() == "executed 1" and len(runs) == 1
+    assert notebooks.execute(str(source), str(target), "import os") is False  # another install
+    source.write_text(source.read_text() + "print(1)\n")
+    assert notebooks.execute(str(source), str(target), "pass") is False  # another notebook
+    assert len(runs) == 3
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="exercises/01_x.py"), meta={})
+    done: Future[bool] = Future()
+    done.set_result(True)
+    notebooks._jobs["exercises/01_x.py"] = done
+    notebooks.on_pre_page(page, None, None)  # type: ignore[arg-type]
+    assert page.meta["stored"] == notebooks.STORED  # the footer names it

@@ -149,3 +149,44 @@ def test_what_once_read_from_disk_is_named_once_for_each_page(folder: Path) -> N
     runs.once(train_induction, **kept)  # the next page, from memory
     runs.once(train_induction, **computed)
     assert runs.from_disk() == [name] and runs.from_disk() == []
+
+
+def test_code_is_keyed_by_its_text_the_modules_it_imports_and_how_it_runs() -> None:
+    """`code_ingredients`: a notebook's run is keyed by what decides its outputs."""
+    code = "import math\nimport matplotlib.pyplot as plt\nfrom attention import causal_mask\n"
+    found = stored.code_ingredients(code, threads="1")
+    assert "attention/__init__.py" in found["sources"]  # what `import attention` runs
+    assert "attention/layer/masks.py" in found["sources"]
+    assert {"python", "torch", "matplotlib"} <= set(found["versions"])  # math: the stdlib
+    assert found["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability()
+    key = digest(found)
+    assert digest(stored.code_ingredients(code, threads="1")) == key  # the same run
+    for other in (
+        stored.code_ingredients(code + "print(1)\n", threads="1"),  # the text
+        stored.code_ingredients(code, threads="2"),  # how it runs
+        stored.code_ingredients(code),
+    ):
+        assert digest(other) != key
+    layer_only = stored.code_ingredients("from attention.layer.masks import causal")
+    assert "attention/layer/masks.py" in layer_only["sources"]
+    assert "attention/lab/heads.py" not in layer_only["sources"]  # not imported on the way
+    with pytest.raises(ValueError, match=r"attention_site\.plot, a module of the checkout"):
+        stored.code_ingredients("from attention_site.plot import svg")
+
+
+def test_kept_runs_once_per_ingredients_and_reads_back_only_its_own(folder: Path) -> None:
+    calls: list[int] = []
+
+    def make() -> list[int]:
+        calls.append(1)
+        return [len(calls)]
+
+    wanted = stored.code_ingredients("import torch")
+    assert stored.kept("run", wanted, make) == ([1], False)  # run and stored
+    assert stored.kept("run", wanted, make) == ([1], True)  # read back
+    assert stored.kept("run", {**wanted, "how": {"x": "1"}}, make) == ([2], False)  # another key
+    (path,) = [p for p in folder.iterdir() if digest(wanted)[:32] in p.name]
+    with path.open("wb") as f:  # under this key, another run's ingredients: not this run
+        pickle.dump(({**wanted, "code": "import math"}, [99]), f)
+    assert stored.kept("run", wanted, make) == ([3], False)
+    assert len(calls) == 3
