@@ -45,6 +45,7 @@ from attention_site.runs import in_turn
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
 _jobs: dict[str, Future[bool]] = {}  # a notebook: whether it was read back
+_read_back: set[str] = set()  # the notebooks (src_uri) whose outputs were read back
 _CHAPTER_LINK = re.compile(
     r"\[(?P<title>[^\]]+)\]\(\.\./(?P<path>[\w-]+\.md)(?P<anchor>#[\w-]+)?\)"
 )
@@ -245,6 +246,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     atexit.register(shutil.rmtree, out, ignore_errors=True)
     pool = in_turn()  # one after another, before the runs queued after them (schedule.py)
     _jobs.clear()
+    _read_back.clear()
     notebooks = [f for f in files if _is_notebook(f.src_uri) and f.abs_src_path]
     for file in notebooks:
         target = out / Path(file.src_uri).with_suffix(".ipynb")  # exercises/NN.ipynb
@@ -264,16 +266,17 @@ def on_pre_page(page: Page, config: MkDocsConfig, files: Files) -> Page:
             read = job.result()
         except Exception as error:  # a cell raised (allow_errors=False), or the kernel died
             raise PluginError(f"notebook {page.file.src_uri} failed:\n{error}") from error
-        if read:  # the footer (docs/hooks/stamp.py) names what the build did not compute
-            page.meta["stored"] = STORED
+        if read:
+            _read_back.add(page.file.src_uri)
     return page
 
 
-STORED = (
-    "the notebook's outputs, read from the run stored by an earlier build of the same "
-    "notebook, code and versions (<code>attention_site.stored</code>)"
-)
-"""The footer's exception on a notebook's page whose outputs were read back."""
+def note_stored(page: Page) -> None:
+    """Have the page's footer (docs/hooks/stamp.py) say that the notebook's outputs were read
+    back, if they were: after mkdocs has read the page's meta, which it does after
+    `on_pre_page`."""
+    if page.file.src_uri in _read_back:
+        page.meta["read_back"] = True
 
 
 def exercise_table(docs_dir: Path) -> str:
@@ -434,6 +437,7 @@ def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -
     """Exercise notebooks: solutions folded, chapter links resolved, downloads above the page."""
     if not _is_notebook(page.file.src_uri):
         return html
+    note_stored(page)
 
     def site_link(link: re.Match[str]) -> str:
         file = files.get_file_from_path(link["path"])

@@ -92,18 +92,21 @@ def expand_directives(docs: Path, package: Any, facts: dict[str, Any]) -> None:
             page.write_text(new, encoding="utf-8")
 
 
-def stage_notebooks(docs: Path, package: Any) -> None:
+def stage_notebooks(docs: Path, package: Any) -> set[str]:
     """Each exercise executed and rendered as `exercises/NN.md`, its downloads in
-    `exercises/NN/`; the `.py` source leaves the pages (Zensical would copy it as a file)."""
+    `exercises/NN/`; the `.py` source leaves the pages (Zensical would copy it as a file).
+    Returns the notebooks (`exercises/NN.py`) whose outputs were read back (stored)."""
     from mkdocs_jupyter.nbconvert2 import nb2html
 
     executed = STAGE / "executed"
     executed.mkdir(parents=True)
+    read_back: set[str] = set()
     for source in sorted((docs / "exercises").glob("*.py")):
         original = ROOT / "docs" / "exercises" / source.name
         install = notebooks.install_cell(package.as_extra(), draws=notebooks._draws(original))
         target = executed / f"{source.stem}.ipynb"
-        notebooks.execute(str(original), str(target), install)
+        if notebooks.execute(str(original), str(target), install):
+            read_back.add(f"exercises/{source.name}")
         html = nb2html(str(target), custom_mathjax_url="")
         # after the notebook, the template prints a list of pygments' CSS as a Python repr
         # (harmless in a page's HTML, an indented code block to Markdown): the theme's is used
@@ -132,6 +135,7 @@ def stage_notebooks(docs: Path, package: Any) -> None:
         (docs / "exercises" / f"{source.stem}.md").write_text("\n".join(page), encoding="utf-8")
         source.unlink()
     notebooks._stop_kernel()
+    return read_back
 
 
 def stage_config(config: dict[str, Any], site: Path) -> tuple[Path, str]:
@@ -182,12 +186,18 @@ def stored_runs() -> dict[str, list[str]]:
 
 
 def stamp_pages(
-    site: Path, docs: Path, default: str, package: Any, runs: dict[str, list[str]]
+    site: Path,
+    docs: Path,
+    default: str,
+    package: Any,
+    runs: dict[str, list[str]],
+    read_back: set[str],
 ) -> None:
     """Each page's footer as docs/hooks/stamp.py words it: a page that runs no code says so,
-    and a page with stored results (front matter `stored:`, else the trainings it read back:
-    `runs`, from `stored_runs`) names them; and as docs/hooks/package.py links it, to the
-    page's source."""
+    a page with stored results (front matter `stored:`, else the trainings it read back:
+    `runs`, from `stored_runs`) names them, and a notebook whose outputs were `read_back`
+    (`exercises/NN.py`, from `stage_notebooks`) says so; and as docs/hooks/package.py links
+    it, to the page's source."""
     for page in docs.rglob("*.md"):
         rel = page.relative_to(docs)
         original = ROOT / "docs" / rel
@@ -203,8 +213,8 @@ def stamp_pages(
         if not html.exists():
             continue
         text = html.read_text(encoding="utf-8")
-        footer = stamp.build_stamp(computed, str(stored) if stored else None)
         src_uri = (rel.with_suffix(".py") if notebook else rel).as_posix()  # as MkDocs names it
+        footer = stamp.build_stamp(computed, str(stored) if stored else None, src_uri in read_back)
         footer += package_hook.page_source(package, src_uri)
         html.write_text(text.replace(default, footer), encoding="utf-8")
 
@@ -218,7 +228,7 @@ def main(site: Path) -> None:
     stage_docs(docs)
     package, facts = stage_package(docs, config)
     expand_directives(docs, package, facts)
-    stage_notebooks(docs, package)
+    read_back = stage_notebooks(docs, package)
     path, default = stage_config(config, STAGE / "site")  # inside the project's folder
     runs = stored_runs()  # before the build stores the others
     staged = time.perf_counter()
@@ -236,7 +246,7 @@ def main(site: Path) -> None:
         )
     shutil.rmtree(site, ignore_errors=True)
     shutil.move(STAGE / "site", site)
-    stamp_pages(site, docs, default, package, runs)
+    stamp_pages(site, docs, default, package, runs, read_back)
     from attention_site.explorer import published
 
     count = len(published())

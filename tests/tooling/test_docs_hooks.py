@@ -597,4 +597,8 @@ def test_a_notebook_runs_once_per_content_and_its_page_says_when_read_back(
     done.set_result(True)
     notebooks._jobs["exercises/01_x.py"] = done
     notebooks.on_pre_page(page, None, None)  # type: ignore[arg-type]
-    assert page.meta["stored"] == notebooks.STORED  # the footer names it
+    page.meta = {}  # mkdocs reads the page's meta after on_pre_page
+    notebooks.note_stored(page)  # type: ignore[arg-type]
+    assert page.meta == {"read_back": True}
+    footer = stamp.build_stamp(read_back=True)  # what the footer then says
+    assert footer.startswith(f'<span class="build-stamp">{stamp.READ_BACK}; the site was built')
