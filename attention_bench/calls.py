@@ -45,20 +45,22 @@ def count_calls(fn: Callable[[], object]) -> int:
 
 
 def decode_calls(model: GPTModel, prompt_tokens: int = 8) -> dict[str, float]:
-    """Python calls in one decode step of `model` (batch 1), and in one attention layer's.
+    """Python calls in one decode step of `model` (batch 1, on the model's device), and in one
+    attention layer's.
 
     Returns:
         `{"step": ..., "per_layer": step / n_layers, "attention": ...}`, the last for one
         block's `MultiHeadAttention` called on its own.
     """
     blocks = model.blocks
+    device = model.tok_emb.weight.device
     with torch.no_grad():
         caches = model.init_caches(1, prompt_tokens + 2)
-        model.logits(torch.zeros(1, prompt_tokens, dtype=torch.long), caches)
-        token = torch.zeros(1, 1, dtype=torch.long)
+        model.logits(torch.zeros(1, prompt_tokens, dtype=torch.long, device=device), caches)
+        token = torch.zeros(1, 1, dtype=torch.long, device=device)
         step = count_calls(lambda: model.logits(token, caches))
         att = blocks[0].att
         cache = att.init_cache(1, prompt_tokens + 2)
-        x = torch.zeros(1, 1, att.d_in, dtype=att.W_query.weight.dtype)
+        x = torch.zeros(1, 1, att.d_in, dtype=att.W_query.weight.dtype, device=device)
         attention = count_calls(lambda: att(x, cache=cache))
     return {"step": step, "per_layer": step / len(blocks), "attention": attention}
