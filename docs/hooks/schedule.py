@@ -25,7 +25,8 @@
   docs/maintainers.md, Build time).
   The Performance page gets every CPU, as the benchmark run it compares with did.
 - CPython's cycle collector, kept in step with a build that holds about a million objects
-  (`GC_THRESHOLDS`, `on_shutdown`).
+  (`GC_THRESHOLDS`, `on_shutdown`), in this process and in the workers
+  (`attention_site.runs.collector`).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     import torch
 
     from attention_site.ahead import ReplayError, execute
-    from attention_site.runs import in_turn, prefetch
+    from attention_site.runs import collector, in_turn, prefetch
     from attention_site.stored import is_stored
 
     _ahead.clear()  # what a failed build started (mkdocs serve builds again in this process)
@@ -141,7 +142,9 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     torch.set_num_threads(threads)
     pages = runs()
     spawn = multiprocessing.get_context("spawn")
-    worker = ProcessPoolExecutor(max_workers=2, mp_context=spawn)  # each trains on one thread
+    worker = ProcessPoolExecutor(  # each trains on one thread; collects as this process does
+        max_workers=2, mp_context=spawn, initializer=collector, initargs=(GC_THRESHOLDS,)
+    )
     atexit.register(worker.shutdown, cancel_futures=True)  # a failed build does not wait
     _workers.append(worker)
     # on two cores, after the notebooks; with cores to spare, beside them

@@ -151,3 +151,16 @@ def test_in_turn_starts_a_job_on_its_executor_only_after_the_jobs_before_it() ->
         TypeError, match=r"executor must be a concurrent\.futures Executor or None, got int"
     ):
         runs.in_turn(3)  # type: ignore[arg-type]
+
+
+def test_a_worker_collects_with_the_given_thresholds_and_freezes_at_exit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`collector`, a build worker's initializer: its thresholds, and no last collection."""
+    import gc
+
+    done: list[object] = []
+    monkeypatch.setattr(runs.gc, "set_threshold", lambda *thresholds: done.append(thresholds))
+    monkeypatch.setattr(runs.atexit, "register", done.append)
+    runs.collector((50_000, 20, 100))
+    assert done == [(50_000, 20, 100), gc.freeze]
