@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 1: attention between an encoder and a decoder
 #
-# Chapter 1: [Why attention?](../why-attention.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# Chapter 1: [Why attention?](../why-attention.md). On the site, every output below was computed
+# by the site's build (the footer says which); the downloads (links above) start without
+# outputs: run them and change them.
 #
 # At decoder step $t$, Bahdanau's attention scores every encoder state $h_i$ against the
 # decoder's previous state $s_{t-1}$ and reads their weighted sum (the paper writes the scores

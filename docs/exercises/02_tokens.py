@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 2: tokens to vectors
 #
-# Chapter 2: [Tokens to vectors](../tokens.md). On the site, every output below was computed
-# while it was built; the downloads (links above) start without outputs: run them and change
-# them.
+# Chapter 2: [Tokens to vectors](../tokens.md). On the site, every output below was computed by
+# the site's build (the footer says which); the downloads (links above) start without outputs:
+# run them and change them.
 #
 # Token ids become vectors by two table look-ups, one for the token and one for its position:
 #

@@ -2,8 +2,8 @@
 # # Exercise 3: simplified self-attention by hand
 #
 # Chapter 3: [Simplified self-attention](../simplified.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # The running example, *"Your journey starts with one step"*, is six tokens embedded in three
 # dimensions. Simplified self-attention uses each embedding $x^{(i)}$ as query, key and value:

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 4: queries, keys and values
 #
-# Chapter 4: [Queries, keys and values](../qkv.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# Chapter 4: [Queries, keys and values](../qkv.md). On the site, every output below was computed
+# by the site's build (the footer says which); the downloads (links above) start without
+# outputs: run them and change them.
 #
 # Self-attention with trainable weight matrices projects each embedding three ways and
 # attends with the scaled dot product:

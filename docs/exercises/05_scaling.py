@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 5: scaling the scores
 #
-# Chapter 5: [Scaling](../scaling.md). On the site, every output below was computed while it
-# was built; the downloads (links above) start without outputs: run them and change them.
+# Chapter 5: [Scaling](../scaling.md). On the site, every output below was computed by the
+# site's build (the footer says which); the downloads (links above) start without outputs: run
+# them and change them.
 #
 # For a query and a key with independent, unit-variance components,
 #

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 6: causal attention
 #
-# Chapter 6: [Causal attention](../causal.md). On the site, every output below was computed
-# while it was built; the downloads (links above) start without outputs: run them and change
-# them.
+# Chapter 6: [Causal attention](../causal.md). On the site, every output below was computed by
+# the site's build (the footer says which); the downloads (links above) start without outputs:
+# run them and change them.
 #
 # Query $i$ may only attend to keys $j \le i$. With the mask $M$ written over the scaled scores,
 #

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 7: dropout on the attention weights
 #
-# Chapter 7: [Dropout](../dropout.md). On the site, every output below was computed while it
-# was built; the downloads (links above) start without outputs: run them and change them.
+# Chapter 7: [Dropout](../dropout.md). On the site, every output below was computed by the
+# site's build (the footer says which); the downloads (links above) start without outputs: run
+# them and change them.
 #
 # In training, each attention weight is kept with probability $1-p$ and rescaled:
 #

@@ -2,8 +2,8 @@
 # # Exercise 8: multi-head attention
 #
 # Chapter 8: [Multi-head attention](../multihead.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # $h$ heads of width $d_h$, each attending on its own, concatenated and projected:
 #

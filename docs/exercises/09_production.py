@@ -2,8 +2,8 @@
 # # Exercise 9: the production module
 #
 # Chapter 9: [The production module](../production.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # The module's default call projects, splits heads, runs PyTorch's fused kernel and projects
 # again:

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 10: rotary positions
 #
-# Chapter 10: [Positions](../positions.md). On the site, every output below was computed while
-# it was built; the downloads (links above) start without outputs: run them and change them.
+# Chapter 10: [Positions](../positions.md). On the site, every output below was computed by the
+# site's build (the footer says which); the downloads (links above) start without outputs: run
+# them and change them.
 #
 # RoPE turns pair $i$ of a query or key at position $m$ by the angle $m\theta_i$,
 # $\theta_i = \text{base}^{-2i/d_h}$, so that a query at $m$ and a key at $n$ meet in

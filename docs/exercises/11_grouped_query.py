@@ -2,8 +2,8 @@
 # # Exercise 11: grouped-query attention
 #
 # Chapter 11: [Grouped-query attention](../grouped-query.md). On the site, every output below
-# was computed while it was built; the downloads (links above) start without outputs: run them
-# and change them.
+# was computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # With $h$ query heads and $h_{kv}$ key/value heads, query head $i$ reads key/value head
 # $g(i) = \lfloor i / (h / h_{kv}) \rfloor$.

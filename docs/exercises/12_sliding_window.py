@@ -2,8 +2,8 @@
 # # Exercise 12: sliding windows
 #
 # Chapter 12: [Sliding windows](../sliding-window.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # With a window of $w$, query $i$ sees the keys $i - w < j \le i$.
 

@@ -2,8 +2,8 @@
 # # Exercise 13: the transformer block
 #
 # Chapter 13: [The transformer block](../transformer.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # A block is $x \leftarrow x + \operatorname{Attention}(\operatorname{LN}_1(x))$, then
 # $x \leftarrow x + \operatorname{FF}(\operatorname{LN}_2(x))$: a norm before each branch, and a

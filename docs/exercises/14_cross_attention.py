@@ -2,8 +2,8 @@
 # # Exercise 14: cross-attention
 #
 # Chapter 14: [Cross-attention](../cross-attention.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # Cross-attention takes its queries from the decoder and its keys and values from the
 # encoder's output, the memory $X_\text{enc}$: $Q = X_\text{dec} W_q$,

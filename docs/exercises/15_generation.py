@@ -2,8 +2,8 @@
 # # Exercise 15: generating with a cache
 #
 # Chapter 15: [Generating text](../generation.md). On the site, every output below was computed
-# while it was built; the downloads (links above) start without outputs: run them and change
-# them.
+# by the site's build (the footer says which); the downloads (links above) start without
+# outputs: run them and change them.
 #
 # A causal layer's keys and values of earlier tokens never change, so a generating model keeps
 # them (the key/value cache) and runs only the newest token at each step.

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 16: scoring what a head does
 #
-# Chapter 16: [What trained heads do](../heads.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them and
-# change them.
+# Chapter 16: [What trained heads do](../heads.md). On the site, every output below was computed
+# by the site's build (the footer says which); the downloads (links above) start without
+# outputs: run them and change them.
 #
 # A head's **previous-token score** is the mean weight each query puts on the token just
 # before it; its **induction score** is the mean weight a query puts on the tokens that

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 17: multi-head latent attention
 #
-# Chapter 17: [Multi-head latent attention](../latent.md). On the site, every output below
-# was computed while it was built; the downloads (links above) start without outputs: run them
-# and change them.
+# Chapter 17: [Multi-head latent attention](../latent.md). On the site, every output below was
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # Each token caches a latent $c_s$ of $r$ numbers and one RoPE key $k^R_s$ of $d_R$; head
 # $i$'s key is $[W^{(i)}_{UK} c_s; k^R_s]$ and its value $W^{(i)}_{UV} c_s$.

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 18: attention in tiles
 #
-# Chapter 18: [Attention without the T×T matrix](../tiles.md). On the site, every output
-# below was computed while it was built; the downloads (links above) start without outputs:
-# run them and change them.
+# Chapter 18: [Attention without the T×T matrix](../tiles.md). On the site, every output below
+# was computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # A tiled pass keeps, for each query, the log-sum-exp $L = \log \sum_j e^{S_j}$ of its
 # scores; two sets of keys with outputs $O_1, O_2$ and log-sum-exps $L_1, L_2$ merge into

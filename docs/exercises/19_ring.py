@@ -2,8 +2,8 @@
 # # Exercise 19: attention across devices
 #
 # Chapter 19: [Attention across devices](../ring.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them
-# and change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # A block $B$ of keys gives each query an output $o^B_i$ and a log-sum-exp $L^B_i$; two
 # blocks merge by $L = \log(e^{L^A} + e^{L^B})$,

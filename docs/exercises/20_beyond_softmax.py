@@ -2,8 +2,8 @@
 # # Exercise 20: linear attention and the delta rule
 #
 # Chapter 20: [Beyond softmax](../beyond-softmax.md). On the site, every output below was
-# computed while it was built; the downloads (links above) start without outputs: run them
-# and change them.
+# computed by the site's build (the footer says which); the downloads (links above) start
+# without outputs: run them and change them.
 #
 # Linear attention keeps $S = \sum_s \phi(k_s) v_s^\top$ and $z = \sum_s \phi(k_s)$; the
 # gated delta rule keeps $S_t = \alpha_t (I - \beta_t k_t k_t^\top) S_{t-1}
