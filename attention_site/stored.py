@@ -73,6 +73,16 @@ PACKAGE = Path(attention.__file__).resolve().parent
 """The package `attention` whose modules produce the runs."""
 CHECKOUT = Path(__file__).resolve().parents[1]
 """The repository: `attention_site` is never installed, always imported from a checkout."""
+_UNREADABLE = (
+    FileNotFoundError,
+    EOFError,
+    pickle.UnpicklingError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    ImportError,
+)
+"""What reading a stored file may raise where it is not a whole, current run: it runs again."""
 PLAIN = (bool, int, float, str, type(None))
 """The argument types whose `repr` says everything about the value."""
 
@@ -361,8 +371,8 @@ def kept(name: str, wanted: dict[str, Any], make: Callable[[], R]) -> tuple[R, b
             found, result = pickle.load(f)
         if found == wanted:
             return result, True
-    except (FileNotFoundError, EOFError, pickle.UnpicklingError, ValueError):
-        pass  # not stored yet, or not whole: run it
+    except _UNREADABLE:
+        pass  # not stored yet, not whole, not a pair, or of a class gone since: run it
     result = make()
     _write(path, (wanted, result))
     return result, False

@@ -189,4 +189,8 @@ def test_kept_runs_once_per_ingredients_and_reads_back_only_its_own(folder: Path
     with path.open("wb") as f:  # under this key, another run's ingredients: not this run
         pickle.dump(({**wanted, "code": "import math"}, [99]), f)
     assert stored.kept("run", wanted, make) == ([3], False)
-    assert len(calls) == 3
+    for junk in (pickle.dumps(7), pickle.dumps((1, 2, 3)), b"not a pickle"):
+        path.write_bytes(junk)  # not an (ingredients, result) pair: run again, not raised
+        assert stored.kept("run", wanted, make)[1] is False
+    assert stored.kept("run", wanted, make) == ([6], True)
+    assert len(calls) == 6
