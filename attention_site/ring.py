@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -122,8 +122,9 @@ def chapter_results() -> dict[str, Any]:
     ids, targets = seq[:, :-1], seq[:, 1:]  # (4, 16): the next token of each
     single = train_steps(0, 1, functools.partial(GPTModel, GPT_TINY), ids, targets, "single")
     # forked from the build's worker, which has imported all they need: about 2 s less CPU
-    # each than a fresh interpreter (2026-11-29); spawned where there is no fork (Windows)
-    start = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    # each than a fresh interpreter (2026-11-29); spawned off Linux (macOS's system libraries
+    # are not safe to fork, Windows cannot)
+    start = "fork" if sys.platform == "linux" else "spawn"
     ranks = spawn(_chapter, 2, ids, targets, timeout=120, start_method=start)
     return {"single": single, "ranks": ranks, "ids": ids}
 

@@ -83,9 +83,10 @@ def spawn(
         backend: `"gloo"` (CPU) or `"nccl"` (a GPU per process).
         timeout: seconds any collective may wait, and the whole run (plus start-up) may take.
         start_method: `"spawn"` (a fresh interpreter each: safe anywhere, and each imports
-            torch again, about 2 s of CPU), `"forkserver"` or `"fork"` (a copy of this
-            process, which imports nothing again: for a process with no other threads at
-            work and no CUDA initialised, on Linux or macOS).
+            torch again, about 2 s of CPU); `"forkserver"` (each a copy of one server
+            process, a fresh interpreter started once: it imports what `fn` needs once for
+            all); `"fork"` (each a copy of this process, which imports nothing again: on
+            Linux, from a process with no other thread at work and no CUDA initialised).
 
     Returns:
         What each rank's `fn` returned, rank 0 first.

@@ -276,7 +276,7 @@ def note_stored(page: Page) -> None:
     back, if they were: after mkdocs has read the page's meta, which it does after
     `on_pre_page`."""
     if page.file.src_uri in _read_back:
-        page.meta["read_back"] = True
+        page.meta["notebook_stored"] = True
 
 
 def exercise_table(docs_dir: Path) -> str:

@@ -19,7 +19,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import Files
 from mkdocs.structure.pages import Page
 
-READ_BACK = (
+NOTEBOOK_READ_BACK = (
     "This notebook's outputs were computed by an earlier build of the same notebook, code and "
     "versions, and read back (<code>attention_site.stored</code>)"
 )
@@ -27,11 +27,14 @@ READ_BACK = (
 (docs/hooks/notebooks.py)."""
 
 
-def build_stamp(computed: bool = True, stored: str | None = None, read_back: bool = False) -> str:
+def build_stamp(
+    computed: bool = True, stored: str | None = None, notebook_stored: bool = False
+) -> str:
     """One line for the footer: what computed every output on the page (or built a page that
     `computed` nothing: no executed block, no console transcript, no notebook), except what
-    `stored` names: outputs the page reads from files made before the build; or, for a
-    notebook whose outputs were all `read_back`, that they were (`READ_BACK`)."""
+    `stored` names: outputs the page reads from files made before the build; or, on a
+    notebook's page whose outputs were all read back (`notebook_stored`), that they were
+    (`NOTEBOOK_READ_BACK`)."""
     import torch
 
     import attention
@@ -50,13 +53,13 @@ def build_stamp(computed: bool = True, stored: str | None = None, read_back: boo
         devices += f" (measurements on <code>{measured}</code>)"
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     now = dt.datetime.fromtimestamp(int(epoch), dt.UTC) if epoch else dt.datetime.now(dt.UTC)
-    if read_back:
-        what = f"{READ_BACK}; the site was built"
+    if notebook_stored:
+        what = f"{NOTEBOOK_READ_BACK}; the site was built"
     elif computed:
         what = "Every output on this page was computed while the site was built"
     else:
         what = "This page runs no code; the site was built"
-    but = f", except {stored}" if stored and computed and not read_back else ""
+    but = f", except {stored}" if stored and computed and not notebook_stored else ""
     return (
         f'<span class="build-stamp">{what} on {now:%Y-%m-%d}, by <code>attention</code> '
         f"{attention.__version__} with torch {torch.__version__} on {devices} (Python "
@@ -93,6 +96,6 @@ def read_back(functions: list[str]) -> str:
 def on_page_context(context: Any, page: Page, config: MkDocsConfig, nav: Any) -> Any:
     stored = page.meta.get("stored")  # what the page shows but did not compute
     computed = page.meta.get("computed", True)  # set by docs/hooks/build.py
-    read_back = bool(page.meta.get("read_back"))  # set by docs/hooks/notebooks.py
-    config["copyright"] = build_stamp(computed, str(stored) if stored else None, read_back)
+    notebook_stored = bool(page.meta.get("notebook_stored"))  # set by docs/hooks/notebooks.py
+    config["copyright"] = build_stamp(computed, str(stored) if stored else None, notebook_stored)
     return context

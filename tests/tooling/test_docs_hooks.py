@@ -599,6 +599,7 @@ def test_a_notebook_runs_once_per_content_and_its_page_says_when_read_back(
     notebooks.on_pre_page(page, None, None)  # type: ignore[arg-type]
     page.meta = {}  # mkdocs reads the page's meta after on_pre_page
     notebooks.note_stored(page)  # type: ignore[arg-type]
-    assert page.meta == {"read_back": True}
-    footer = stamp.build_stamp(read_back=True)  # what the footer then says
-    assert footer.startswith(f'<span class="build-stamp">{stamp.READ_BACK}; the site was built')
+    assert page.meta == {"notebook_stored": True}
+    footer = stamp.build_stamp(notebook_stored=True)  # what the footer then says
+    opening = f'<span class="build-stamp">{stamp.NOTEBOOK_READ_BACK}; the site was built'
+    assert footer.startswith(opening) and ", except" not in footer
